@@ -1,0 +1,88 @@
+"""llama.cpp backend for eliza-backends: the default and the fallback.
+
+This module stays light: it never imports ``llama_cpp``. The runtime is imported by
+:meth:`LlamaCppFactory.open`, in :mod:`eliza_llamacpp.session`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from eliza_backends import (
+    Availability,
+    Factory,
+    InferenceContext,
+    Session,
+    StreamConfig,
+    hookimpl,
+)
+
+__version__ = "0.1.0"
+
+_LIB_NAMES = {"linux": "libllama.so", "darwin": "libllama.dylib", "win32": "llama.dll"}
+
+
+class LlamaCppOptions(BaseModel):
+    """``StreamConfig.options["llama.cpp"]``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    artifact: str | None = Field(None, description="GGUF file name under text/ (default: first).")
+    n_gpu_layers: int = Field(0, ge=-1, description="Layers to offload to a GPU build; -1 = all.")
+    use_mmap: bool = Field(True, description="Map the weights instead of reading them.")
+    n_ubatch: int | None = Field(None, ge=1, description="Physical batch size (default: batch).")
+
+
+class LlamaCppFactory(Factory):
+    """Serves ``text/*.gguf`` through llama-cpp-python's low-level API."""
+
+    name = "llama.cpp"
+    aliases = ("llamacpp",)
+    formats = ("gguf",)
+    pip_extra = "llamacpp"
+    options_model = LlamaCppOptions
+
+    @cached_property
+    def _availability(self) -> Availability:
+        spec = importlib.util.find_spec("llama_cpp")
+        if spec is None or not spec.submodule_search_locations:
+            return Availability.no(
+                "llama-cpp-python is not installed: pip install 'eliza-backends[llamacpp]'")
+        pkg = Path(next(iter(spec.submodule_search_locations)))
+        lib = _LIB_NAMES.get(sys.platform, "libllama.so")
+        if not any(pkg.glob(f"lib/{lib}*")) and not any(pkg.glob(f"{lib}*")):
+            return Availability.no(
+                f"llama-cpp-python at {pkg} has no {lib}: the install is broken, reinstall it "
+                "(pip install --force-reinstall --no-cache-dir llama-cpp-python)")
+        return Availability.yes(package=str(pkg))
+
+    def available(self) -> Availability:
+        """llama_cpp is importable and its shared library is present (found, not imported)."""
+        return self._availability
+
+    def preference_rank(self) -> int:
+        return 0
+
+    def rank_reason(self) -> str:
+        return "the default and fallback (rank 0)"
+
+    def open(self, context: InferenceContext, config: StreamConfig) -> Session:
+        from .session import open_session
+
+        options: LlamaCppOptions = self.parse_options(config)
+        path = self.artifact(context.bundle_dir, name=options.artifact)
+        return open_session(context, config, options, path)
+
+
+@hookimpl
+def eliza_backends_factories() -> list[Factory]:
+    """The llama.cpp factory."""
+    return [LlamaCppFactory()]
+
+
+__all__ = ["LlamaCppFactory", "LlamaCppOptions", "eliza_backends_factories"]

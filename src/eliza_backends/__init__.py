@@ -1,0 +1,81 @@
+"""eliza-backends: one select-and-stream LLM API over in-process runtimes.
+
+    from eliza_backends import open_stream
+
+    with open_stream("examples/bundles/tiny", max_tokens=32) as stream:
+        stream.prefill("Once upon a time")
+        for step in stream:
+            print(step.text, end="", flush=True)
+
+Importing this package, listing backends and selecting one never import a heavy runtime.
+"""
+
+from __future__ import annotations
+
+from .backend import Availability, Capabilities, Decoded, Factory, Session, Step
+from .bundle import BundleManifest, create_bundle, load_manifest, verify_bundle, write_manifest
+from .config import StreamConfig
+from .context import InferenceContext
+from .errors import (
+    BackendRuntimeError,
+    BackendSelectionError,
+    BundleError,
+    CancelledError,
+    ContextFullError,
+    ElizaError,
+    InvalidArgumentError,
+    PluginError,
+    SessionBusyError,
+    SessionClosedError,
+    SlotError,
+    Status,
+    UnsupportedOperationError,
+)
+from .hookspecs import hookimpl
+from .registry import BackendInfo, Registry, list_backends, plugin_problems
+from .selector import SelectionReport, explain, select
+from .stream import Stream, StreamMetrics, generate, open_stream
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Availability",
+    "BackendInfo",
+    "BackendRuntimeError",
+    "BackendSelectionError",
+    "BundleError",
+    "BundleManifest",
+    "CancelledError",
+    "Capabilities",
+    "ContextFullError",
+    "Decoded",
+    "ElizaError",
+    "Factory",
+    "InferenceContext",
+    "InvalidArgumentError",
+    "PluginError",
+    "Registry",
+    "SelectionReport",
+    "Session",
+    "SessionBusyError",
+    "SessionClosedError",
+    "SlotError",
+    "Status",
+    "Step",
+    "Stream",
+    "StreamConfig",
+    "StreamMetrics",
+    "UnsupportedOperationError",
+    "__version__",
+    "create_bundle",
+    "explain",
+    "generate",
+    "hookimpl",
+    "list_backends",
+    "load_manifest",
+    "open_stream",
+    "plugin_problems",
+    "select",
+    "verify_bundle",
+    "write_manifest",
+]

@@ -1,0 +1,354 @@
+"""Model bundles: the on-disk layout, the manifest, and the cheap artifact probes.
+
+A bundle is a directory::
+
+    <bundle>/manifest.json          what the bundle ships (source of truth), with sha256
+    <bundle>/text/*.gguf            llama.cpp
+    <bundle>/text/*.litertlm        LiteRT-LM (also *.tflite with prefill/decode signatures)
+    <bundle>/text/<dir>/            MLX weights folder (config.json + *.safetensors)
+    <bundle>/text/*.mlpackage       Core ML (also *.mlmodelc)
+    <bundle>/text/draft/...         smaller draft models for speculative decoding, same formats
+
+:func:`find_artifacts` is the probe a factory's ``can_serve`` uses: one directory listing, no
+file is opened. The manifest is checked by :func:`verify_bundle` (sizes and sha256) and written
+by :func:`write_manifest` / :func:`create_bundle`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+
+from .config import describe_validation_error
+from .errors import BundleError, Status
+
+MANIFEST_NAME = "manifest.json"
+TEXT_DIR = "text"
+DRAFT_DIR = "draft"
+SCHEMA_VERSION = 1
+
+ArtifactRole = Literal["model", "draft"]
+
+
+@dataclass(frozen=True)
+class ArtifactFormat:
+    """A kind of model artifact and the backend that serves it."""
+
+    name: str
+    backend: str
+    description: str
+
+
+#: Formats the core recognises, in probe order. ``backend`` is the serving factory's name.
+FORMATS: dict[str, ArtifactFormat] = {
+    f.name: f
+    for f in (
+        ArtifactFormat("gguf", "llama.cpp", "text/*.gguf"),
+        ArtifactFormat("litertlm", "litert-lm", "text/*.litertlm"),
+        ArtifactFormat("tflite", "litert-lm", "text/*.tflite (prefill/decode signatures)"),
+        ArtifactFormat("mlx", "mlx-coreml", "text/<dir>/ with config.json + *.safetensors"),
+        ArtifactFormat("mlpackage", "mlx-coreml", "text/*.mlpackage"),
+        ArtifactFormat("mlmodelc", "mlx-coreml", "text/*.mlmodelc"),
+    )
+}
+
+
+def artifact_format(path: Path) -> str | None:
+    """The format name of one entry of ``text/``, or None if it is not a model artifact.
+
+    Cheap: looks at the name, and for directories checks for ``config.json``.
+    """
+    suffix = path.suffix.lower()
+    if suffix in (".gguf", ".litertlm", ".tflite"):
+        return suffix[1:] if path.is_file() else None
+    if suffix in (".mlpackage", ".mlmodelc"):
+        return suffix[1:] if path.is_dir() else None
+    if path.is_dir() and path.name != DRAFT_DIR and (path / "config.json").is_file():
+        try:
+            if any(e.name.endswith(".safetensors") for e in os.scandir(path)):
+                return "mlx"
+        except OSError:
+            return None
+    return None
+
+
+def find_artifacts(
+    bundle_dir: str | os.PathLike[str], formats: Iterable[str], *, role: ArtifactRole = "model"
+) -> list[Path]:
+    """Artifacts of the given formats in the bundle, sorted by name; [] when there are none.
+
+    ``role="model"`` lists ``text/``; ``role="draft"`` lists ``text/draft/``. Never raises for a
+    missing directory (a probe answers "no"), never opens a model file.
+    """
+    wanted = set(formats)
+    base = Path(bundle_dir) / TEXT_DIR
+    if role == "draft":
+        base = base / DRAFT_DIR
+    try:
+        entries = sorted(os.scandir(base), key=lambda e: e.name)
+    except OSError:
+        return []
+    found = []
+    for entry in entries:
+        if entry.name.startswith("."):
+            continue
+        path = Path(entry.path)
+        if artifact_format(path) in wanted:
+            found.append(path)
+    return found
+
+
+# --------------------------------------------------------------------------------------------
+# Manifest
+
+
+def _check_relative(path: str) -> str:
+    p = PurePosixPath(path)
+    if not path or p.is_absolute() or "\\" in path or ".." in p.parts or path.startswith("~"):
+        raise ValueError(f"{path!r} must be a relative path inside the bundle (no '..', no '/')")
+    if p.parts[0] != TEXT_DIR:
+        raise ValueError(f"{path!r} must be under {TEXT_DIR}/")
+    return str(p)
+
+
+BundlePath = Annotated[str, AfterValidator(_check_relative)]
+"""A POSIX path relative to the bundle root, under ``text/``, with no ``..``."""
+
+
+class FileRecord(BaseModel):
+    """One regular file of an artifact: bundle-relative POSIX path, size in bytes, sha256 hex."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: BundlePath
+    size: int = Field(ge=0)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class ArtifactRecord(BaseModel):
+    """One model artifact (a file, or a directory such as an MLX folder) and its files."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: BundlePath
+    format: str
+    backend: str | None
+    role: ArtifactRole = "model"
+    files: tuple[FileRecord, ...]
+
+    @property
+    def size(self) -> int:
+        """Total bytes of the artifact's files."""
+        return sum(f.size for f in self.files)
+
+
+class BundleManifest(BaseModel):
+    """``<bundle>/manifest.json``: the source of truth for what the bundle ships."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    name: str = Field(min_length=1, max_length=200)
+    artifacts: tuple[ArtifactRecord, ...]
+
+    def for_backend(self, backend: str, role: ArtifactRole = "model") -> list[ArtifactRecord]:
+        """Artifacts the manifest assigns to ``backend`` in ``role``."""
+        return [a for a in self.artifacts if a.backend == backend and a.role == role]
+
+    def file_record(self, bundle_dir: str | os.PathLike[str], path: Path) -> FileRecord | None:
+        """The record of one file of the bundle, given its path on disk, if the manifest has it."""
+        try:
+            rel = Path(path).resolve().relative_to(Path(bundle_dir).resolve()).as_posix()
+        except ValueError:
+            return None
+        for art in self.artifacts:
+            for rec in art.files:
+                if rec.path == rel:
+                    return rec
+        return None
+
+
+def load_manifest(bundle_dir: str | os.PathLike[str]) -> BundleManifest:
+    """Read and validate ``<bundle>/manifest.json``; :class:`BundleError` says what is wrong."""
+    path = Path(bundle_dir) / MANIFEST_NAME
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise BundleError(
+            f"{path} not found: create it with `eliza-backends bundle create`"
+        ) from None
+    except OSError as exc:
+        raise BundleError(f"cannot read {path}: {exc.strerror}", code=Status.ERR_IO) from None
+    if len(raw) > 16 << 20:
+        raise BundleError(f"{path} is {len(raw)} bytes; a manifest is at most 16 MiB")
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BundleError(f"{path} is not valid JSON ({exc}); regenerate it with "
+                          "`eliza-backends bundle create`") from None
+    try:
+        return BundleManifest.model_validate(data)
+    except ValidationError as exc:
+        raise BundleError(describe_validation_error(exc, str(path))) from None
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    """Hex sha256 of a file, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _artifact_files(bundle_root: Path, artifact: Path) -> list[FileRecord]:
+    paths = [artifact] if artifact.is_file() else sorted(
+        p for p in artifact.rglob("*") if p.is_file() and not p.name.startswith(".")
+    )
+    records = []
+    for p in paths:
+        _ensure_inside(bundle_root, p)
+        records.append(FileRecord(path=p.relative_to(bundle_root).as_posix(),
+                                  size=p.stat().st_size, sha256=sha256_file(p)))
+    return records
+
+
+def _ensure_inside(root: Path, path: Path) -> Path:
+    resolved = path.resolve()
+    if not resolved.is_relative_to(root.resolve()):
+        raise BundleError(f"{path} resolves outside the bundle ({resolved}); "
+                          "bundles may not link to files elsewhere")
+    return resolved
+
+
+def scan_artifacts(bundle_dir: str | os.PathLike[str]) -> list[ArtifactRecord]:
+    """Describe every model artifact under ``text/`` and ``text/draft/`` (hashes every file)."""
+    root = Path(bundle_dir)
+    if not (root / TEXT_DIR).is_dir():
+        raise BundleError(f"{root} has no {TEXT_DIR}/ directory; put the model artifacts there")
+    records = []
+    for role, base in (("model", root / TEXT_DIR), ("draft", root / TEXT_DIR / DRAFT_DIR)):
+        if not base.is_dir():
+            continue
+        for entry in sorted(base.iterdir()):
+            fmt = artifact_format(entry)
+            if fmt is None:
+                continue
+            records.append(ArtifactRecord(
+                path=entry.relative_to(root).as_posix(), format=fmt,
+                backend=FORMATS[fmt].backend, role=role,  # type: ignore[arg-type]
+                files=tuple(_artifact_files(root, entry)),
+            ))
+    if not any(r.role == "model" for r in records):
+        known = ", ".join(f.description for f in FORMATS.values())
+        raise BundleError(f"{root / TEXT_DIR} holds no model artifact; expected one of: {known}")
+    return records
+
+
+def write_manifest(bundle_dir: str | os.PathLike[str], *, name: str | None = None) -> BundleManifest:
+    """Scan ``text/``, hash every artifact file, and write ``manifest.json`` atomically."""
+    root = Path(bundle_dir)
+    manifest = BundleManifest(name=name or root.resolve().name, artifacts=tuple(scan_artifacts(root)))
+    tmp = root / f".{MANIFEST_NAME}.tmp"
+    tmp.write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, root / MANIFEST_NAME)
+    return manifest
+
+
+def create_bundle(
+    dest: str | os.PathLike[str],
+    artifacts: Sequence[str | os.PathLike[str]],
+    *,
+    drafts: Sequence[str | os.PathLike[str]] = (),
+    name: str | None = None,
+) -> BundleManifest:
+    """Lay out a bundle at ``dest``: copy artifacts into ``text/`` (drafts into ``text/draft/``)
+    and write the manifest. ``dest`` may exist but must not already hold those names."""
+    root = Path(dest)
+    plan: list[tuple[Path, Path]] = []
+    for sources, target_dir in ((artifacts, root / TEXT_DIR),
+                                (drafts, root / TEXT_DIR / DRAFT_DIR)):
+        for src in map(Path, sources):
+            if not src.exists():
+                raise BundleError(f"artifact {src} does not exist")
+            if artifact_format(src) is None:
+                known = ", ".join(f.description for f in FORMATS.values())
+                raise BundleError(f"{src} is not a model artifact this library knows ({known})")
+            target = target_dir / src.name
+            if target.exists():
+                raise BundleError(f"{target} already exists; remove it or choose another dest")
+            plan.append((src, target))
+    if not artifacts:
+        raise BundleError("a bundle needs at least one model artifact")
+    for src, target in plan:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_dir():
+            shutil.copytree(src, target)
+        else:
+            shutil.copy2(src, target)
+    return write_manifest(root, name=name)
+
+
+@dataclass(frozen=True)
+class VerifyProblem:
+    """One mismatch between the manifest and the files on disk."""
+
+    path: str
+    problem: str
+
+
+def verify_bundle(bundle_dir: str | os.PathLike[str], *, hashes: bool = True) -> BundleManifest:
+    """Check every manifest file exists inside the bundle with the right size (and sha256).
+
+    Raises :class:`BundleError` listing every problem; returns the manifest when all is well.
+    """
+    root = Path(bundle_dir)
+    if not root.is_dir():
+        raise BundleError(f"bundle directory {root} does not exist")
+    manifest = load_manifest(root)
+    problems: list[VerifyProblem] = []
+    for art in manifest.artifacts:
+        for rec in art.files:
+            path = root / rec.path
+            try:
+                _ensure_inside(root, path)
+            except BundleError:
+                problems.append(VerifyProblem(rec.path, "resolves outside the bundle"))
+                continue
+            if not path.is_file():
+                problems.append(VerifyProblem(rec.path, "missing"))
+            elif path.stat().st_size != rec.size:
+                problems.append(VerifyProblem(
+                    rec.path, f"size {path.stat().st_size} != manifest {rec.size}"))
+            elif hashes and sha256_file(path) != rec.sha256:
+                problems.append(VerifyProblem(rec.path, "sha256 differs from the manifest"))
+    if problems:
+        listing = "; ".join(f"{p.path}: {p.problem}" for p in problems)
+        raise BundleError(f"bundle {root} does not match its manifest: {listing}. "
+                          "Re-copy the bundle or rewrite the manifest with `bundle create`.")
+    return manifest
+
+
+__all__ = [
+    "FORMATS",
+    "ArtifactFormat",
+    "ArtifactRecord",
+    "BundleManifest",
+    "FileRecord",
+    "artifact_format",
+    "create_bundle",
+    "find_artifacts",
+    "load_manifest",
+    "scan_artifacts",
+    "sha256_file",
+    "verify_bundle",
+    "write_manifest",
+]

@@ -1,0 +1,116 @@
+"""Validated, immutable stream configuration.
+
+:class:`StreamConfig` is everything a backend needs to open a session: context and batch sizes,
+threads, the generation budget, stop strings, sampling, the drafter, and per-backend options.
+It is a frozen pydantic model: invalid values raise :class:`~eliza_backends.errors.InvalidArgumentError`
+with one line per problem, and ``config.model_copy(update=...)`` makes a changed copy.
+
+Sampling defaults to greedy (``temperature=0``): an embedded library should be deterministic
+unless asked not to be.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import InvalidArgumentError
+
+DrafterKind = Literal["none", "ngram", "model"]
+
+
+class StreamConfig(BaseModel):
+    """How to run one stream. All sizes are in tokens; ``threads`` in OS threads."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    context_size: int = Field(2048, ge=16, le=1 << 20, description="KV context window, tokens.")
+    threads: int | None = Field(
+        None, ge=1, le=1024, description="Compute threads; None lets the backend choose."
+    )
+    batch_size: int = Field(512, ge=1, le=1 << 16, description="Max tokens per prefill chunk.")
+    max_tokens: int = Field(
+        256, ge=1, description="Max tokens generated after each prefill before the stream ends."
+    )
+    tokens_per_step: int = Field(
+        1, ge=1, le=4096, description="Tokens one next() call produces by default."
+    )
+    stop: tuple[str, ...] = Field(
+        (), description="Stop strings: generation ends before any of them; never emitted."
+    )
+    ignore_eos: bool = Field(False, description="Keep generating past end-of-generation tokens.")
+
+    temperature: float = Field(0.0, ge=0.0, le=100.0, description="0 means greedy decoding.")
+    top_k: int = Field(0, ge=0, description="Keep the k most likely tokens; 0 disables.")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass; 1 disables.")
+    min_p: float = Field(0.0, ge=0.0, le=1.0, description="Min probability relative to top; 0 off.")
+    repeat_penalty: float = Field(1.0, gt=0.0, le=10.0, description="1 disables.")
+    repeat_last_n: int = Field(64, ge=0, description="Window the repeat penalty looks back on.")
+    seed: int = Field(0, ge=0, lt=1 << 32, description="Sampler seed (used when temperature > 0).")
+
+    drafter: DrafterKind = Field("none", description="Speculative drafter: none, ngram, model.")
+    draft_length: int = Field(4, ge=1, le=64, description="Tokens drafted per speculative step.")
+    ngram_size: int = Field(3, ge=1, le=16, description="Longest n-gram the lookup drafter matches.")
+    draft_model: str | None = Field(
+        None,
+        description="Draft artifact path relative to the bundle (default: the bundle's first "
+        "text/draft/ artifact for the chosen backend).",
+    )
+
+    options: Mapping[str, Mapping[str, Any]] = Field(
+        default_factory=dict,
+        description="Per-backend options keyed by backend name, validated by that backend.",
+    )
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> StreamConfig:
+        if any(not s for s in self.stop):
+            raise ValueError("stop strings must be non-empty")
+        if self.batch_size > self.context_size:
+            raise ValueError(
+                f"batch_size ({self.batch_size}) cannot exceed context_size ({self.context_size})"
+            )
+        if self.draft_model is not None and self.drafter != "model":
+            raise ValueError("draft_model is only used with drafter='model'")
+        return self
+
+    @property
+    def greedy(self) -> bool:
+        """True when sampling reduces to argmax (temperature 0 or top_k 1)."""
+        return self.temperature == 0.0 or self.top_k == 1
+
+    @classmethod
+    def build(cls, config: StreamConfig | Mapping[str, Any] | None = None, **overrides: Any) -> StreamConfig:
+        """Make a config from a config, a mapping and/or keyword overrides, with typed errors.
+
+        A single string given for ``stop`` is taken as one stop string.
+        """
+        base: dict[str, Any] = {}
+        if isinstance(config, StreamConfig):
+            base = config.model_dump()
+        elif config is not None:
+            base = dict(config)
+        base.update(overrides)
+        if isinstance(base.get("stop"), str):
+            base["stop"] = (base["stop"],)
+        try:
+            return cls.model_validate(base)
+        except ValidationError as exc:
+            raise InvalidArgumentError(describe_validation_error(exc, "StreamConfig")) from None
+
+
+def describe_validation_error(exc: ValidationError, what: str) -> str:
+    """One readable message for a pydantic error: each problem on its own line."""
+    problems = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or what
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field (check the spelling; see the field list in the docs)"
+        problems.append(f"{where}: {msg}")
+    return f"invalid {what}: " + "; ".join(problems)
+
+
+__all__ = ["DrafterKind", "StreamConfig", "describe_validation_error"]

@@ -1,0 +1,100 @@
+"""The inference context: one bundle, the models loaded from it, the sessions open on it.
+
+:class:`InferenceContext` is the seed's ``EliInferenceContext``. Backends read the bundle root
+from it and re-resolve their artifact there (nothing is cached between ``can_serve`` and
+``open``). Loaded weights are shared through :meth:`InferenceContext.shared`, so several
+sessions on one bundle pay for one load. Closing the context closes its sessions first, then
+frees what was loaded, in reverse order.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Hashable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from .errors import BundleError, SessionClosedError
+
+if TYPE_CHECKING:
+    from .backend import Session
+
+T = TypeVar("T")
+
+
+class InferenceContext:
+    """Owns what is loaded from one bundle. Thread-safe; close it (or use ``with``) when done."""
+
+    def __init__(self, bundle_dir: str | os.PathLike[str]) -> None:
+        path = Path(bundle_dir)
+        if not path.is_dir():
+            raise BundleError(f"bundle directory {path} does not exist; pass the folder that "
+                              "holds text/ (and manifest.json)")
+        self.bundle_dir: Path = path.resolve()
+        self._lock = threading.RLock()
+        self._shared: dict[Hashable, tuple[Any, Callable[[Any], None] | None]] = {}
+        self._sessions: list[Session] = []
+        self._closed = False
+
+    def shared(self, key: Hashable, load: Callable[[], T],
+               close: Callable[[T], None] | None = None) -> T:
+        """Return the object cached under ``key``, calling ``load()`` once to make it.
+
+        ``close`` frees it when the context closes. Loads are serialised per context.
+        """
+        with self._lock:
+            self._check_open()
+            if key not in self._shared:
+                self._shared[key] = (load(), cast("Callable[[Any], None] | None", close))
+            return cast(T, self._shared[key][0])
+
+    def track(self, session: Session) -> None:
+        """Register a session so that closing the context closes it first."""
+        with self._lock:
+            self._check_open()
+            self._sessions.append(session)
+
+    def untrack(self, session: Session) -> None:
+        """Forget a closed session."""
+        with self._lock:
+            if session in self._sessions:
+                self._sessions.remove(session)
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran."""
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosedError("this InferenceContext is closed; create a new one")
+
+    def close(self) -> None:
+        """Close every session, then free loaded models (reverse load order). Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            sessions, self._sessions = list(self._sessions), []
+        for session in sessions:
+            session.close()
+        with self._lock:
+            self._closed = True
+            items = list(self._shared.values())
+            self._shared.clear()
+        for obj, closer in reversed(items):
+            if closer is not None:
+                closer(obj)
+
+    def __enter__(self) -> InferenceContext:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{len(self._shared)} loaded"
+        return f"<InferenceContext {self.bundle_dir} ({state})>"
+
+
+__all__ = ["InferenceContext"]

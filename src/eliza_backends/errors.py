@@ -1,0 +1,140 @@
+"""Status codes and the typed exception tree.
+
+The seed's C ABI returns ``>= 0`` on success and a negative ``ELIZA_*`` constant on failure. In
+Python every failure is an :class:`ElizaError` carrying that code, so callers can catch at the
+level they care about (``ElizaError`` for everything, a subclass for one kind of failure) and a
+host that still speaks the C ABI can map an exception back to its status with ``error.code``.
+
+Every message says what went wrong *and* what to do about it.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class Status(IntEnum):
+    """The ``ELIZA_*`` status codes. ``OK`` is 0; every failure is negative."""
+
+    OK = 0
+    ERR_INVALID_ARG = -1
+    ERR_CANCELLED = -2
+    ERR_BACKEND_UNAVAILABLE = -3
+    ERR_CANNOT_SERVE = -4
+    ERR_BUNDLE = -5
+    ERR_IO = -6
+    ERR_RUNTIME = -7
+    ERR_CLOSED = -8
+    ERR_UNSUPPORTED = -9
+    ERR_CONTEXT_FULL = -10
+    ERR_BUSY = -11
+    ERR_PLUGIN = -12
+    ERR_SLOT = -13
+
+    @property
+    def symbol(self) -> str:
+        """The C constant's name, e.g. ``ELIZA_ERR_CANCELLED``."""
+        return f"ELIZA_{self.name}"
+
+
+class ElizaError(Exception):
+    """Base of every error this library raises.
+
+    ``code`` is the :class:`Status`; ``message`` the human text (also ``str(error)``).
+    """
+
+    default_code: Status = Status.ERR_RUNTIME
+
+    def __init__(self, message: str, *, code: Status | None = None) -> None:
+        super().__init__(message)
+        self.code: Status = code if code is not None else self.default_code
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.message} [{self.code.symbol}]"
+
+
+class InvalidArgumentError(ElizaError, ValueError):
+    """A caller passed a value the contract does not accept (bad token id, bad config...)."""
+
+    default_code = Status.ERR_INVALID_ARG
+
+
+class ContextFullError(InvalidArgumentError):
+    """The tokens would not fit in the session's context window."""
+
+    default_code = Status.ERR_CONTEXT_FULL
+
+
+class CancelledError(ElizaError):
+    """The operation stopped because :meth:`Session.cancel` was called.
+
+    The session keeps raising it until ``reset()`` or ``reset_keep()`` is called.
+    """
+
+    default_code = Status.ERR_CANCELLED
+
+
+class BackendSelectionError(ElizaError):
+    """No backend could be selected, or an explicitly requested one cannot be used."""
+
+    default_code = Status.ERR_BACKEND_UNAVAILABLE
+
+
+class BundleError(ElizaError):
+    """The model bundle is missing, malformed, or does not match its manifest."""
+
+    default_code = Status.ERR_BUNDLE
+
+
+class SlotError(ElizaError):
+    """A saved slot file is truncated, corrupted, or was made by another model or runtime."""
+
+    default_code = Status.ERR_SLOT
+
+
+class UnsupportedOperationError(ElizaError):
+    """The backend does not offer this optional operation (see ``Session.capabilities``)."""
+
+    default_code = Status.ERR_UNSUPPORTED
+
+
+class SessionClosedError(ElizaError):
+    """The session (or its inference context) was closed; open a new one."""
+
+    default_code = Status.ERR_CLOSED
+
+
+class SessionBusyError(ElizaError):
+    """Two threads used one session at once; a session has a single consumer."""
+
+    default_code = Status.ERR_BUSY
+
+
+class PluginError(ElizaError):
+    """A backend plugin failed to load or returned something that is not a Factory."""
+
+    default_code = Status.ERR_PLUGIN
+
+
+class BackendRuntimeError(ElizaError):
+    """The runtime underneath a backend reported a failure."""
+
+    default_code = Status.ERR_RUNTIME
+
+
+__all__ = [
+    "BackendRuntimeError",
+    "BackendSelectionError",
+    "BundleError",
+    "CancelledError",
+    "ContextFullError",
+    "ElizaError",
+    "InvalidArgumentError",
+    "PluginError",
+    "SessionBusyError",
+    "SessionClosedError",
+    "SlotError",
+    "Status",
+    "UnsupportedOperationError",
+]

@@ -1,0 +1,217 @@
+"""The stream API: select a backend, open a session, stream steps, measure them.
+
+``open_stream`` -> :class:`Stream` (``prefill`` / ``next`` / iterate / ``async for``) ->
+``close``. ``generate`` is the one-call form. A stream owns its session, and its
+:class:`InferenceContext` unless you pass one in (then several streams share one load).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .backend import Session, Step
+from .config import StreamConfig
+from .context import InferenceContext
+from .errors import InvalidArgumentError
+from .registry import Registry
+from .selector import select
+
+
+@dataclass
+class StreamMetrics:
+    """What a stream measured. Times in seconds (``time.perf_counter``), counts in tokens.
+
+    ``time_to_first_token`` is for the latest turn: from the start of its prefill to the
+    first generated token. Decode time counts ``next()`` calls; prefill time ``prefill()``.
+    """
+
+    prefill_tokens: int = 0
+    prefill_seconds: float = 0.0
+    decode_tokens: int = 0
+    decode_seconds: float = 0.0
+    drafted: int = 0
+    accepted: int = 0
+    time_to_first_token: float | None = None
+    turns: int = 0
+
+    @property
+    def prefill_tokens_per_second(self) -> float:
+        """Prefill throughput over the stream."""
+        return self.prefill_tokens / self.prefill_seconds if self.prefill_seconds else 0.0
+
+    @property
+    def decode_tokens_per_second(self) -> float:
+        """Decode throughput over the stream."""
+        return self.decode_tokens / self.decode_seconds if self.decode_seconds else 0.0
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """accepted / drafted, or None when nothing was drafted."""
+        return self.accepted / self.drafted if self.drafted else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form, with the derived rates."""
+        return {
+            "prefill_tokens": self.prefill_tokens, "prefill_seconds": self.prefill_seconds,
+            "decode_tokens": self.decode_tokens, "decode_seconds": self.decode_seconds,
+            "drafted": self.drafted, "accepted": self.accepted,
+            "time_to_first_token": self.time_to_first_token, "turns": self.turns,
+            "prefill_tokens_per_second": self.prefill_tokens_per_second,
+            "decode_tokens_per_second": self.decode_tokens_per_second,
+            "acceptance_rate": self.acceptance_rate,
+        }
+
+
+class Stream:
+    """One generation stream over a :class:`Session`, with metrics.
+
+    Iterate it (``for step in stream``) or ``async for`` it after a prefill; each item is a
+    :class:`Step`, the last one has ``final=True``. Single consumer, like the session;
+    :meth:`cancel` is safe from any thread.
+    """
+
+    def __init__(self, session: Session, *, backend: str,
+                 context: InferenceContext, owns_context: bool) -> None:
+        self.session = session
+        self.backend = backend
+        self.context = context
+        self._owns_context = owns_context
+        self.metrics = StreamMetrics()
+        self._turn_start: float | None = None
+
+    @property
+    def config(self) -> StreamConfig:
+        """The session's configuration."""
+        return self.session.config
+
+    def prefill(self, prompt: str | Sequence[int], *, add_special: bool | None = None) -> int:
+        """Feed a prompt (text, tokenized with the model's tokenizer, or token ids); returns
+        the number of tokens fed. Text at the start of a sequence gets BOS unless
+        ``add_special=False``."""
+        t0 = time.perf_counter()
+        if isinstance(prompt, str):
+            special = self.session.n_past == 0 if add_special is None else add_special
+            ids: Sequence[int] = self.session.tokenize(prompt, add_special=special)
+        else:
+            ids = prompt
+        self.session.prefill(ids)
+        t1 = time.perf_counter()
+        self._turn_start = t0
+        self.metrics.prefill_tokens += len(ids)
+        self.metrics.prefill_seconds += t1 - t0
+        self.metrics.turns += 1
+        return len(ids)
+
+    def next(self, max_tokens: int | None = None) -> Step:
+        """One step: up to ``max_tokens`` tokens (default ``config.tokens_per_step``)."""
+        t0 = time.perf_counter()
+        step = self.session.next(max_tokens)
+        t1 = time.perf_counter()
+        m = self.metrics
+        m.decode_seconds += t1 - t0
+        m.decode_tokens += len(step.tokens)
+        m.drafted += step.drafted
+        m.accepted += step.accepted
+        if self._turn_start is not None and step.tokens:
+            m.time_to_first_token = t1 - self._turn_start
+            self._turn_start = None
+        return step
+
+    def __iter__(self) -> Iterator[Step]:
+        while True:
+            step = self.next()
+            yield step
+            if step.final:
+                return
+
+    async def __aiter__(self) -> AsyncIterator[Step]:
+        """Steps computed in a worker thread, so the event loop keeps running. Cancelling the
+        awaiting task cancels the session."""
+        while True:
+            try:
+                step = await asyncio.to_thread(self.next)
+            except asyncio.CancelledError:
+                self.session.cancel()
+                raise
+            yield step
+            if step.final:
+                return
+
+    def text(self) -> str:
+        """Run to the end of the stream and return all generated text."""
+        return "".join(step.text for step in self)
+
+    def cancel(self) -> None:
+        """Stop the running or next step with :class:`CancelledError` (any thread)."""
+        self.session.cancel()
+
+    def reset(self) -> None:
+        """Clear the sequence (see :meth:`Session.reset`)."""
+        self.session.reset()
+
+    def reset_keep(self, n_keep: int) -> int:
+        """Keep a prefix of the sequence (see :meth:`Session.reset_keep`)."""
+        return self.session.reset_keep(n_keep)
+
+    def close(self) -> None:
+        """Close the session, and the context when the stream created it."""
+        self.session.close()
+        if self._owns_context:
+            self.context.close()
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Stream {self.backend} on {self.context.bundle_dir} n_past={self.session.n_past}>"
+
+
+def open_stream(
+    bundle: str | os.PathLike[str] | InferenceContext,
+    config: StreamConfig | Mapping[str, Any] | None = None,
+    *,
+    backend: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    registry: Registry | None = None,
+    **overrides: Any,
+) -> Stream:
+    """Select a backend for ``bundle`` and open a stream on it.
+
+    ``bundle`` is a bundle directory or an :class:`InferenceContext` (to share loaded weights
+    between streams). ``config`` and keyword ``overrides`` build the :class:`StreamConfig`.
+    ``backend`` is a hard request like ``ELIZA_LLM_BACKEND`` (and wins over it).
+    """
+    cfg = StreamConfig.build(config, **overrides)
+    owns = not isinstance(bundle, InferenceContext)
+    context = InferenceContext(bundle) if not isinstance(bundle, InferenceContext) else bundle
+    try:
+        factory = select(context.bundle_dir, backend=backend, environ=environ, registry=registry)
+        factory.parse_options(cfg)  # unknown options fail before any load
+        session = factory.open(context, cfg)
+        if not isinstance(session, Session):
+            raise InvalidArgumentError(f"backend {factory.name} returned {session!r} from "
+                                       "open(), not a Session")
+    except BaseException:
+        if owns:
+            context.close()
+        raise
+    return Stream(session, backend=factory.name, context=context, owns_context=owns)
+
+
+def generate(bundle: str | os.PathLike[str] | InferenceContext, prompt: str | Sequence[int], *,
+             backend: str | None = None, **config: Any) -> str:
+    """Open a stream, prefill ``prompt``, return the generated text, close the stream."""
+    with open_stream(bundle, backend=backend, **config) as stream:
+        stream.prefill(prompt)
+        return stream.text()
+
+
+__all__ = ["Stream", "StreamMetrics", "generate", "open_stream"]
