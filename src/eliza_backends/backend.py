@@ -462,8 +462,10 @@ class Session(ABC):
         ids = list(token_ids)
         vocab = self.vocab_size
         for i, t in enumerate(ids):
-            if isinstance(t, bool) or not isinstance(t, int):
+            if not isinstance(t, int) or isinstance(t, bool):
                 try:
+                    if isinstance(t, bool) or hasattr(t, "dtype") and t.dtype.kind == "b":
+                        raise TypeError
                     t = operator.index(t)  # numpy integers are fine
                 except TypeError:
                     raise InvalidArgumentError(

@@ -147,7 +147,7 @@ class Registry:
         entries: list[_Entry] = []
         seen: dict[str, str] = {}
         problems: list[PluginProblem] = []
-        for impl in reversed(self._pm.hook.eliza_backends_factories.get_hookimpls()):
+        for impl in self._pm.hook.eliza_backends_factories.get_hookimpls():  # load order
             name = impl.plugin_name
             dist, version = self._dists.get(name, (None, None))
             try:

@@ -220,16 +220,17 @@ def _safe_can_serve(factory: Factory, bundle: Path) -> bool:
 
 def _unknown_backend(requested: str, requested_by: str | None,
                      factories: list[Factory]) -> str:
-    names = sorted({n for f in factories for n in f.names()})
     installed = ", ".join(f.name for f in factories) or "none"
     msg = f"{requested_by} asks for backend {requested!r}, which is not installed " \
           f"(installed: {installed})."
-    close = difflib.get_close_matches(requested.lower(), [n.lower() for n in names], n=1,
-                                      cutoff=0.6)
-    if close:
+    names = {n.lower() for f in factories for n in f.names()} | set(KNOWN_BACKENDS)
+    key = requested.lower()
+    close = [key] if key in KNOWN_BACKENDS else difflib.get_close_matches(key, sorted(names),
+                                                                           n=1, cutoff=0.6)
+    if close and close[0] != key:
         msg += f" Did you mean {close[0]!r}?"
-    extra = KNOWN_BACKENDS.get(requested.lower())
-    if extra:
+    extra = KNOWN_BACKENDS.get(close[0]) if close else None
+    if extra and close[0] not in {n.lower() for f in factories for n in f.names()}:
         msg += f" Install it with: pip install 'eliza-backends[{extra}]'."
     else:
         msg += f" Unset {BACKEND_ENV} to let the selector choose."

@@ -99,13 +99,15 @@ def byte_level_pieces(tokenizer_json: Mapping[str, Any]) -> list[bytes]:
 
     Byte-level BPE vocabularies (GPT-2 style) are decoded through the GPT-2 byte table;
     SentencePiece-style vocabularies map ``▁`` to a space and ``<0xNN>`` to that byte. Added
-    special tokens map to their UTF-8 text. Ids without a token map to ``b""``.
+    tokens map to their UTF-8 text, except special (control) tokens, which add no text, as in
+    llama.cpp's rendering. Ids without a token map to ``b""``.
     """
     model = tokenizer_json.get("model", {})
     vocab: Mapping[str, int] = model.get("vocab", {})
     if isinstance(vocab, list):  # Unigram: [[piece, score], ...]
         vocab = {piece: i for i, (piece, _score) in enumerate(vocab)}
-    added = {t["id"]: t["content"] for t in tokenizer_json.get("added_tokens", [])}
+    added = {t["id"]: "" if t.get("special") else t["content"]
+             for t in tokenizer_json.get("added_tokens", [])}
     size = max([*vocab.values(), *added.keys(), -1]) + 1
     pieces = [b""] * size
     byte_level = "ByteLevel" in repr(tokenizer_json.get("pre_tokenizer")) or "ByteLevel" in repr(

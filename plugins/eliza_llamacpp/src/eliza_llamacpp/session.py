@@ -220,8 +220,8 @@ class LlamaCppSession(Session):
         chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
         add = lc.llama_sampler_chain_add
         if config.repeat_penalty != 1.0:
-            add(chain, lc.llama_sampler_init_penalties(config.repeat_last_n,
-                                                       config.repeat_penalty, 0.0, 0.0))
+            add(chain, lc.llama_sampler_init_penalties(
+                self._model.n_vocab, config.repeat_last_n, config.repeat_penalty, 0.0, 0.0))
         if config.greedy:
             add(chain, lc.llama_sampler_init_greedy())
             return chain

@@ -1,0 +1,188 @@
+"""LiteRT backend for eliza-backends: ``text/*.litertlm`` (and ``text/*.tflite`` with
+``prefill_<N>`` / ``decode`` signatures).
+
+Two sessions:
+
+* ``interpreter`` (token-exact): the model's own prefill/decode signatures on ai-edge-litert's
+  Interpreter, the KV cache held in numpy, the core's numpy sampler; token ids in and out, prefix
+  reuse, slots, cancel between chunks and tokens.
+* ``engine``: ``litert_lm.Engine`` (LiteRT-LM's own runtime, accelerators and benchmark info);
+  text-level, so token ids must round-trip through the tokenizer, no slots, no prefix reuse.
+
+``options={"litert-lm": {"session": "auto" | "interpreter" | "engine"}}``; ``auto`` is the
+interpreter on the CPU rung of the accelerator ladder and the engine on an NPU/GPU rung.
+
+This module stays light: it imports neither ``ai_edge_litert`` nor ``litert_lm`` nor numpy.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+from collections.abc import Mapping
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from eliza_backends import (
+    Availability,
+    BackendSelectionError,
+    Factory,
+    InferenceContext,
+    Session,
+    StreamConfig,
+    hookimpl,
+)
+
+from .ladder import ACCELERATOR_ENV, RUNG_NAMES, LadderResult, real_host, resolve
+
+__version__ = "0.1.0"
+
+#: Measured on the tiny bundle, 2-core x86_64 CPU host (benchmarks/bench_litert.py and the
+#: rank evidence in the README): decode tok/s of the token-exact interpreter session and of
+#: llama.cpp through the seam. Used for the CPU rung's rank reason.
+CPU_EVIDENCE = "tiny bundle, 1 thread, 2-core x86_64: LiteRT interpreter ~{lt} tok/s vs " \
+    "llama.cpp ~{ll} tok/s decode"
+CPU_MEASURED = {"lt": "1.1k", "ll": "3.9k"}
+#: Rank on the CPU rung: below llama.cpp (0), because LiteRT measured slower there.
+CPU_RANK = -10
+
+
+class LiteRTOptions(BaseModel):
+    """``StreamConfig.options["litert-lm"]``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    session: Literal["auto", "interpreter", "engine"] = Field(
+        "auto", description="interpreter (token-exact), engine (litert_lm.Engine), or auto: "
+        "interpreter on the CPU rung, engine on an NPU/GPU rung.")
+    artifact: str | None = Field(None, description="File name under text/ (default: first "
+                                 ".litertlm, else first .tflite).")
+    accelerator: str | None = Field(None, description=f"Force a ladder rung ({', '.join(RUNG_NAMES)}"
+                                    f"); overrides {ACCELERATOR_ENV}. Absent = loud error.")
+    cache_dir: str | None = Field(None, description="Engine cache dir (must exist); default: a "
+                                  "temporary dir owned by the inference context.")
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+class LiteRTFactory(Factory):
+    """Serves ``text/*.litertlm`` / ``text/*.tflite`` on ai-edge-litert or litert_lm.Engine."""
+
+    name = "litert-lm"
+    aliases = ("litert",)
+    formats = ("litertlm", "tflite")
+    pip_extra = "litert"
+    options_model = LiteRTOptions
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        self._environ = environ
+        self._cache: tuple[tuple[str, str], Availability, LadderResult] | None = None
+
+    def _env(self) -> Mapping[str, str]:
+        return os.environ if self._environ is None else self._environ
+
+    def ladder(self, force: str | None = None, forced_by: str | None = None) -> LadderResult:
+        """The accelerator rung this host would use (``force`` overrides the env)."""
+        env = self._env()
+        if force is None and env.get(ACCELERATOR_ENV, "").strip():
+            force, forced_by = env[ACCELERATOR_ENV], f"{ACCELERATOR_ENV} env"
+        return resolve(real_host(env), force=force, forced_by=forced_by)
+
+    def _state(self) -> tuple[Availability, LadderResult]:
+        env = self._env()
+        key = (env.get(ACCELERATOR_ENV, ""), env.get("LD_LIBRARY_PATH", ""))
+        if self._cache is None or self._cache[0] != key:
+            ladder = self.ladder()
+            self._cache = (key, self._probe_runtime(ladder), ladder)
+        return self._cache[1], self._cache[2]
+
+    @staticmethod
+    def _probe_runtime(ladder: LadderResult) -> Availability:
+        if importlib.util.find_spec("ai_edge_litert") is None:
+            return Availability.no("ai-edge-litert is not installed: pip install "
+                                   "'eliza-backends[litert]'")
+        if importlib.util.find_spec("numpy") is None or \
+                importlib.util.find_spec("tokenizers") is None:
+            return Availability.no("numpy/tokenizers are missing: pip install "
+                                   "'eliza-backends[litert]'")
+        if ladder.chosen is None:
+            return Availability.no(ladder.error or "no accelerator rung is usable",
+                                   **ladder.detail())
+        detail = ladder.detail()
+        detail["ai-edge-litert"] = _dist_version("ai-edge-litert") or "?"
+        lm = _dist_version("litert-lm-api")
+        detail["litert-lm-api"] = lm or "not installed (engine session unavailable)"
+        detail["ladder"] = ladder.summary()
+        return Availability.yes(**detail)
+
+    def available(self) -> Availability:
+        """ai-edge-litert, numpy and tokenizers are installed (found, not imported) and a rung
+        of the accelerator ladder is usable (a forced rung that is absent makes this false)."""
+        return self._state()[0]
+
+    def preference_rank(self) -> int:
+        """The chosen rung's rank: NPU 40, GPU 20; on the CPU rung below llama.cpp (measured
+        slower there)."""
+        _, ladder = self._state()
+        if ladder.chosen is None:
+            return CPU_RANK
+        return CPU_RANK if ladder.chosen.name == "cpu" else ladder.chosen.rank
+
+    def rank_reason(self) -> str:
+        _, ladder = self._state()
+        if ladder.chosen is None:
+            return ladder.error or "no accelerator rung"
+        if ladder.chosen.name == "cpu":
+            return (f"CPU rung only ({ladder.summary()}); LiteRT is slower than llama.cpp on "
+                    f"CPU ({CPU_EVIDENCE.format(**CPU_MEASURED)}), so it ranks "
+                    f"{CPU_RANK}, below llama.cpp")
+        return (f"{ladder.chosen.label} rung: rank {ladder.chosen.rank}, above llama.cpp "
+                f"({ladder.summary()})")
+
+    def open(self, context: InferenceContext, config: StreamConfig) -> Session:
+        options: LiteRTOptions = self.parse_options(config)
+        if options.accelerator is not None:
+            ladder = self.ladder(options.accelerator, f"options[{self.name!r}].accelerator")
+        else:
+            ladder = self._state()[1]
+        if ladder.chosen is None:
+            raise BackendSelectionError(ladder.error or "no accelerator rung is usable")
+        kind = options.session
+        if kind == "auto":
+            kind = "interpreter" if ladder.chosen.name == "cpu" else "engine"
+        path = self.artifact(context.bundle_dir, name=options.artifact)
+        if kind == "engine":
+            if path.suffix.lower() != ".litertlm":
+                litertlm = [p for p in self._artifacts(context) if p.suffix == ".litertlm"]
+                if not litertlm:
+                    raise BackendSelectionError(
+                        f"the engine session needs a .litertlm under {context.bundle_dir}/text/"
+                        f"; {path.name} is a .tflite (use session='interpreter')")
+                path = litertlm[0]
+            from .engine_session import open_engine_session
+
+            return open_engine_session(context, config, options, path, ladder.chosen)
+        from .session import open_session
+
+        return open_session(context, config, options, path, ladder.chosen)
+
+    def _artifacts(self, context: InferenceContext) -> list[os.PathLike[str]]:
+        from eliza_backends.bundle import find_artifacts
+
+        return list(find_artifacts(context.bundle_dir, self.formats))
+
+
+@hookimpl
+def eliza_backends_factories() -> list[Factory]:
+    """The LiteRT factory."""
+    return [LiteRTFactory()]
+
+
+__all__ = ["LiteRTFactory", "LiteRTOptions", "eliza_backends_factories"]

@@ -1,0 +1,389 @@
+"""Pure-Python readers for the LiteRT artifacts, run before any runtime sees a file.
+
+``.litertlm`` (LiteRT-LM container, format 1.x)::
+
+    b"LITERTLM"            8-byte magic
+    u32 major, minor, patch
+    (pad to 24)
+    u64 header_end         end of the header flatbuffer
+    [32, header_end)       LiteRTLMMetaData flatbuffer: system metadata, section table
+    sections               each [begin, end) in the file, 16 KiB aligned: TFLiteModel,
+                           HF_Tokenizer_Zlib (u64 size + zlib tokenizer.json), SP_Tokenizer,
+                           LlmMetadataProto (start/stop tokens, max tokens, chat template), ...
+
+The header flatbuffer and the LlmMetadata protobuf are decoded here with bounds checks (no
+flatbuffers/protobuf dependency, no generated code); anything malformed is a
+:class:`~eliza_backends.BundleError`. ``.tflite`` files are checked for their flatbuffer
+identifier ``TFL3`` and a root offset inside the file before the interpreter loads them.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from eliza_backends import BundleError
+
+MAGIC = b"LITERTLM"
+HEADER_BEGIN = 32
+_MAX_HEADER = 64 << 20
+_MAX_TOKENIZER = 256 << 20
+
+#: AnySectionDataType values of the LiteRT-LM header schema.
+SECTION_TYPES = {
+    0: "NONE", 1: "GenericBinaryData", 2: "Deprecated", 3: "TFLiteModel", 4: "SP_Tokenizer",
+    5: "LlmMetadataProto", 6: "HF_Tokenizer_Zlib", 7: "TFLiteWeights",
+    8: "EmbeddingMetadataProto", 9: "ExecutorMetadataProto", 10: "TtsMetadataProto",
+    11: "AsrMetadataProto",
+}
+_VDATA_STRING = 9
+
+
+@dataclass(frozen=True)
+class Section:
+    """One section of a ``.litertlm``: its type, byte range and string items."""
+
+    index: int
+    data_type: str
+    begin: int
+    end: int
+    items: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        """Bytes in the section."""
+        return self.end - self.begin
+
+
+@dataclass(frozen=True)
+class LlmMetadata:
+    """The fields of LiteRT-LM's ``LlmMetadata`` proto this backend uses."""
+
+    start_token_ids: tuple[int, ...] = ()
+    start_token_str: str | None = None
+    stop_token_ids: tuple[tuple[int, ...], ...] = ()
+    stop_token_strs: tuple[str, ...] = ()
+    max_num_tokens: int | None = None
+    jinja_prompt_template: str | None = None
+
+
+@dataclass(frozen=True)
+class Container:
+    """A parsed ``.litertlm``: version and sections (nothing but the header is read)."""
+
+    path: Path
+    version: tuple[int, int, int]
+    size: int
+    sections: tuple[Section, ...]
+
+    def find(self, data_type: str, **items: str) -> Section | None:
+        """The first section of ``data_type`` whose items match ``items``."""
+        for s in self.sections:
+            if s.data_type == data_type and all(s.items.get(k) == v for k, v in items.items()):
+                return s
+        return None
+
+    def read(self, section: Section) -> bytes:
+        """The bytes of one section."""
+        with open(self.path, "rb") as f:
+            f.seek(section.begin)
+            data = f.read(section.size)
+        if len(data) != section.size:
+            raise _bad(self.path, f"section {section.index} is truncated")
+        return data
+
+    def tflite_model(self) -> bytes:
+        """The prefill/decode TFLite model (checked like a ``.tflite`` file)."""
+        sec = self.find("TFLiteModel", model_type="tf_lite_prefill_decode") or \
+            self.find("TFLiteModel")
+        if sec is None:
+            raise _bad(self.path, "it holds no TFLiteModel section")
+        data = self.read(sec)
+        check_tflite_bytes(data, f"{self.path} (section {sec.index})")
+        return data
+
+    def hf_tokenizer_json(self) -> str | None:
+        """The HF ``tokenizer.json`` text, if the container has one."""
+        sec = self.find("HF_Tokenizer_Zlib")
+        if sec is None:
+            return None
+        data = self.read(sec)
+        if len(data) < 8:
+            raise _bad(self.path, "the tokenizer section is too short")
+        (size,) = struct.unpack_from("<Q", data)
+        if size > _MAX_TOKENIZER:
+            raise _bad(self.path, f"the tokenizer claims {size} bytes")
+        try:
+            raw = zlib.decompressobj().decompress(data[8:], size + 1)
+        except zlib.error as exc:
+            raise _bad(self.path, f"the tokenizer section does not inflate ({exc})") from None
+        if len(raw) != size:
+            raise _bad(self.path, f"the tokenizer inflates to {len(raw)} bytes, not {size}")
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _bad(self.path, "the tokenizer section is not UTF-8") from None
+
+    def llm_metadata(self) -> LlmMetadata:
+        """The LlmMetadata proto (defaults when the container has none)."""
+        sec = self.find("LlmMetadataProto")
+        if sec is None:
+            return LlmMetadata()
+        return parse_llm_metadata(self.read(sec), self.path)
+
+
+def _bad(path: Path | str, what: str) -> BundleError:
+    return BundleError(f"{path} is not a valid LiteRT-LM (.litertlm) file: {what}. The file may "
+                       "be truncated or corrupted; fetch or export it again")
+
+
+# ------------------------------------------------------------------------------ flatbuffer
+
+
+class _FB:
+    """Bounds-checked reads of a flatbuffer (only what the header schema needs)."""
+
+    def __init__(self, buf: bytes, path: Path) -> None:
+        self.buf, self.path = buf, path
+
+    def _need(self, pos: int, n: int) -> None:
+        if pos < 0 or pos + n > len(self.buf):
+            raise _bad(self.path, f"header flatbuffer reference {pos}+{n} is out of bounds")
+
+    def u8(self, pos: int) -> int:
+        self._need(pos, 1)
+        return self.buf[pos]
+
+    def u16(self, pos: int) -> int:
+        self._need(pos, 2)
+        return int(struct.unpack_from("<H", self.buf, pos)[0])
+
+    def u32(self, pos: int) -> int:
+        self._need(pos, 4)
+        return int(struct.unpack_from("<I", self.buf, pos)[0])
+
+    def i32(self, pos: int) -> int:
+        self._need(pos, 4)
+        return int(struct.unpack_from("<i", self.buf, pos)[0])
+
+    def u64(self, pos: int) -> int:
+        self._need(pos, 8)
+        return int(struct.unpack_from("<Q", self.buf, pos)[0])
+
+    def root(self) -> int:
+        return self.u32(0)
+
+    def field(self, table: int, index: int) -> int:
+        """Absolute position of field ``index`` of ``table``, or 0 when absent."""
+        vtable = table - self.i32(table)
+        vsize = self.u16(vtable)
+        slot = 4 + 2 * index
+        if slot + 2 > vsize:
+            return 0
+        off = self.u16(vtable + slot)
+        return table + off if off else 0
+
+    def deref(self, pos: int) -> int:
+        return pos + self.u32(pos)
+
+    def table(self, table: int, index: int) -> int | None:
+        pos = self.field(table, index)
+        return self.deref(pos) if pos else None
+
+    def vector(self, table: int, index: int) -> list[int]:
+        """Positions of the tables in a vector-of-tables field."""
+        pos = self.field(table, index)
+        if not pos:
+            return []
+        vec = self.deref(pos)
+        n = self.u32(vec)
+        self._need(vec + 4, 4 * n)
+        return [self.deref(vec + 4 + 4 * i) for i in range(n)]
+
+    def string(self, table: int, index: int) -> str | None:
+        pos = self.field(table, index)
+        if not pos:
+            return None
+        s = self.deref(pos)
+        n = self.u32(s)
+        self._need(s + 4, n)
+        return self.buf[s + 4:s + 4 + n].decode("utf-8", "replace")
+
+
+def read_container(path: str | os.PathLike[str]) -> Container:
+    """Parse and bounds-check the header of a ``.litertlm``; :class:`BundleError` if bad."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        with open(p, "rb") as f:
+            head = f.read(HEADER_BEGIN)
+            if len(head) < HEADER_BEGIN or head[:8] != MAGIC:
+                raise _bad(p, "bad magic (expected b'LITERTLM')")
+            major, minor, patch = struct.unpack_from("<III", head, 8)
+            (header_end,) = struct.unpack_from("<Q", head, 24)
+            if major != 1:
+                raise _bad(p, f"unsupported format version {major}.{minor}.{patch} (reads 1.x)")
+            if not HEADER_BEGIN + 8 <= header_end <= min(size, HEADER_BEGIN + _MAX_HEADER):
+                raise _bad(p, f"header end {header_end} is outside the file ({size} bytes)")
+            buf = f.read(header_end - HEADER_BEGIN)
+    except OSError as exc:
+        raise BundleError(f"cannot read {p}: {exc.strerror or exc}") from None
+    fb = _FB(buf, p)
+    root = fb.root()
+    section_meta = fb.table(root, 1)
+    if section_meta is None:
+        raise _bad(p, "the header has no section table")
+    sections = []
+    for i, obj in enumerate(fb.vector(section_meta, 0)):
+        items: dict[str, str] = {}
+        for kv in fb.vector(obj, 0):
+            key = fb.string(kv, 0)
+            vtype_pos = fb.field(kv, 1)
+            if key is None or not vtype_pos or fb.u8(vtype_pos) != _VDATA_STRING:
+                continue
+            value = fb.table(kv, 2)
+            text = fb.string(value, 0) if value is not None else None
+            if text is not None:
+                items[key] = text
+        b_pos, e_pos, t_pos = fb.field(obj, 1), fb.field(obj, 2), fb.field(obj, 3)
+        begin = fb.u64(b_pos) if b_pos else 0
+        end = fb.u64(e_pos) if e_pos else 0
+        dtype = SECTION_TYPES.get(fb.u8(t_pos) if t_pos else 0, "unknown")
+        if not header_end <= begin <= end <= size:
+            raise _bad(p, f"section {i} ({dtype}) spans bytes {begin}..{end} of a {size}-byte "
+                       "file (truncated?)")
+        sections.append(Section(i, dtype, begin, end, items))
+    if not sections:
+        raise _bad(p, "the header lists no sections")
+    return Container(p, (major, minor, patch), size, tuple(sections))
+
+
+# ------------------------------------------------------------------------------ protobuf
+
+
+def _varint(buf: bytes, pos: int, path: Path) -> tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        if pos >= len(buf) or shift > 63:
+            raise _bad(path, "the LlmMetadata proto is truncated")
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return value, pos
+
+
+def _fields(buf: bytes, path: Path) -> list[tuple[int, int, int | bytes]]:
+    """(field number, wire type, value) of one protobuf message, in order."""
+    out: list[tuple[int, int, int | bytes]] = []
+    pos = 0
+    while pos < len(buf):
+        key, pos = _varint(buf, pos, path)
+        num, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _varint(buf, pos, path)
+            out.append((num, wire, value))
+        elif wire == 2:
+            n, pos = _varint(buf, pos, path)
+            if pos + n > len(buf):
+                raise _bad(path, "the LlmMetadata proto is truncated")
+            out.append((num, wire, buf[pos:pos + n]))
+            pos += n
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        else:
+            raise _bad(path, f"the LlmMetadata proto has wire type {wire}")
+    if pos != len(buf):
+        raise _bad(path, "the LlmMetadata proto is truncated")
+    return out
+
+
+def _token_union(buf: bytes, path: Path) -> tuple[tuple[int, ...], str | None]:
+    ids: list[int] = []
+    text: str | None = None
+    for num, wire, value in _fields(buf, path):
+        if num == 1 and isinstance(value, bytes):  # TokenIds
+            for n2, w2, v2 in _fields(value, path):
+                if n2 != 1:
+                    continue
+                if w2 == 0 and isinstance(v2, int):
+                    ids.append(v2)
+                elif isinstance(v2, bytes):  # packed
+                    p = 0
+                    while p < len(v2):
+                        v, p = _varint(v2, p, path)
+                        ids.append(v)
+        elif num == 2 and isinstance(value, bytes):
+            text = value.decode("utf-8", "replace")
+    return tuple(ids), text
+
+
+def parse_llm_metadata(data: bytes, path: Path | str = "LlmMetadata") -> LlmMetadata:
+    """Decode the LlmMetadata fields this backend uses (start/stop tokens, limits, template)."""
+    p = Path(path)
+    start_ids: tuple[int, ...] = ()
+    start_str: str | None = None
+    stop_ids: list[tuple[int, ...]] = []
+    stop_strs: list[str] = []
+    max_tokens: int | None = None
+    template: str | None = None
+    for num, _wire, value in _fields(data, p):
+        if num == 1 and isinstance(value, bytes):
+            start_ids, start_str = _token_union(value, p)
+        elif num == 2 and isinstance(value, bytes):
+            ids, text = _token_union(value, p)
+            if ids:
+                stop_ids.append(ids)
+            if text is not None:
+                stop_strs.append(text)
+        elif num == 5 and isinstance(value, int):
+            max_tokens = value
+        elif num == 7 and isinstance(value, bytes):
+            template = value.decode("utf-8", "replace")
+    return LlmMetadata(start_ids, start_str, tuple(stop_ids), tuple(stop_strs), max_tokens,
+                       template)
+
+
+# ------------------------------------------------------------------------------ .tflite
+
+
+def check_tflite_bytes(data: bytes, name: str) -> None:
+    """Refuse bytes that are not a TFLite flatbuffer (identifier ``TFL3``, root in range)."""
+    if len(data) < 16 or data[4:8] != b"TFL3":
+        raise BundleError(f"{name} is not a valid TFLite model: bad header (expected the "
+                          "flatbuffer identifier b'TFL3' at byte 4). The file may be truncated "
+                          "or corrupted; export it again")
+    (root,) = struct.unpack_from("<I", data, 0)
+    if not 8 <= root < len(data) - 4:
+        raise BundleError(f"{name} is not a valid TFLite model: root table offset {root} is "
+                          f"outside its {len(data)} bytes (truncated?)")
+
+
+def check_tflite(path: str | os.PathLike[str]) -> int:
+    """Check a ``.tflite`` file's header; returns its size."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        with open(p, "rb") as f:
+            head = f.read(16)
+    except OSError as exc:
+        raise BundleError(f"cannot read {p}: {exc.strerror or exc}") from None
+    if len(head) < 16 or head[4:8] != b"TFL3":
+        raise BundleError(f"{p} is not a valid TFLite model: bad header (expected the "
+                          "flatbuffer identifier b'TFL3' at byte 4). The file may be truncated "
+                          "or corrupted; export it again")
+    (root,) = struct.unpack_from("<I", head, 0)
+    if not 8 <= root < size - 4:
+        raise BundleError(f"{p} is not a valid TFLite model: root table offset {root} is "
+                          f"outside its {size} bytes (truncated?)")
+    return size
+
+
+__all__ = ["Container", "LlmMetadata", "Section", "check_tflite", "check_tflite_bytes",
+           "parse_llm_metadata", "read_container"]

@@ -1,0 +1,162 @@
+"""MLX / Core ML backend for eliza-backends (factory ``mlx-coreml``, aliases ``mlx``, ``coreml``).
+
+Serves an MLX weights folder under ``<bundle>/text/`` through mlx-lm (Apple silicon with Metal,
+and the Linux CPU/CUDA builds of mlx), and ``text/*.mlpackage`` / ``text/*.mlmodelc`` through
+coremltools on macOS 15+.
+
+This module stays light: it never imports mlx, mlx-lm or coremltools. :meth:`MLXFactory.open`
+imports them, in :mod:`eliza_mlx.mlx_session` / :mod:`eliza_mlx.coreml_session`.
+"""
+
+from __future__ import annotations
+
+import sys
+from functools import cached_property
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from eliza_backends import (
+    Availability,
+    BackendSelectionError,
+    BundleError,
+    Factory,
+    InferenceContext,
+    Session,
+    Status,
+    StreamConfig,
+    hookimpl,
+)
+from eliza_backends.bundle import find_artifacts
+
+from .probe import coreml_status, mlx_status
+
+__version__ = "0.1.0"
+
+MLX_FORMATS = ("mlx",)
+COREML_FORMATS = ("mlpackage", "mlmodelc")
+
+#: Auto-selection rank where mlx runs on a Metal GPU: above llama.cpp's 0.
+RANK_METAL = 10
+#: Rank where mlx only has its CPU (or CUDA) backend: below llama.cpp. Measured on a 2-core
+#: x86_64 Linux host: mlx-lm fp16 CPU decode is ~17x slower than llama.cpp F16 on a 0.85 B
+#: model (0.7 vs 12 tok/s), and its quantized formats slower still; benchmarks/bench_mlx.py
+#: re-measures it on the tiny bundle.
+RANK_CPU = -10
+
+
+class MLXOptions(BaseModel):
+    """``StreamConfig.options["mlx-coreml"]`` (also accepted under ``mlx`` / ``coreml``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    engine: Literal["auto", "mlx", "coreml"] = Field(
+        "auto", description="auto: the MLX folder when mlx runs here, else Core ML (macOS); "
+        "mlx / coreml: only that engine.")
+    artifact: str | None = Field(
+        None, description="Name of the MLX folder / .mlpackage / .mlmodelc under text/ "
+        "(default: the first by name).")
+    compute_units: Literal["all", "cpu_only", "cpu_and_gpu", "cpu_and_ne"] = Field(
+        "all", description="Core ML compute units (coremltools ComputeUnit).")
+
+
+class MLXFactory(Factory):
+    """MLX weights folders through mlx-lm; Core ML models through coremltools on macOS 15+."""
+
+    name = "mlx-coreml"
+    aliases = ("mlx", "coreml")
+    formats = (*MLX_FORMATS, *COREML_FORMATS)
+    pip_extra = "mlx"
+    options_model = MLXOptions
+
+    @cached_property
+    def _availability(self) -> Availability:
+        mlx, coreml = mlx_status(), coreml_status()
+        detail = {f"mlx_{k}": v for k, v in mlx.detail.items()}
+        detail["mlx"] = f"yes ({mlx.device})" if mlx.ok else f"no: {mlx.reason}"
+        detail["coreml"] = f"yes ({coreml.device})" if coreml.ok else f"no: {coreml.reason}"
+        detail.update({f"coreml_{k}": v for k, v in coreml.detail.items()})
+        if mlx.ok or coreml.ok:
+            return Availability(True, "", detail)
+        return Availability(False, f"{mlx.reason}; {coreml.reason}", detail)
+
+    def available(self) -> Availability:
+        """mlx-lm can run (mlx with a backend library) or Core ML can predict (macOS 15+).
+
+        ``detail`` says which engines work and why the others do not; nothing is imported."""
+        return self._availability
+
+    def preference_rank(self) -> int:
+        mlx, coreml = mlx_status(), coreml_status()
+        if (mlx.ok and mlx.device == "metal") or coreml.ok:
+            return RANK_METAL
+        return RANK_CPU
+
+    def rank_reason(self) -> str:
+        mlx, coreml = mlx_status(), coreml_status()
+        if mlx.ok and mlx.device == "metal":
+            return f"rank {RANK_METAL}: mlx runs on the Metal GPU, ahead of llama.cpp"
+        if coreml.ok:
+            return f"rank {RANK_METAL}: Core ML runs on this Mac, ahead of llama.cpp"
+        if mlx.ok:
+            return (f"rank {RANK_CPU}: no Metal here (mlx {mlx.device} backend), where mlx-lm "
+                    "is measured far slower than llama.cpp; auto-selection prefers llama.cpp "
+                    "when it can serve, a hard select (mlx / coreml) still reaches this backend; "
+                    f"Core ML: {coreml.reason}")
+        return f"rank {RANK_CPU}: {mlx.reason}"
+
+    def open(self, context: InferenceContext, config: StreamConfig) -> Session:
+        options: MLXOptions = self.parse_options(config)
+        mlx, coreml = mlx_status(), coreml_status()
+        bundle = context.bundle_dir
+        if options.engine in ("auto", "mlx"):
+            if mlx.ok and find_artifacts(bundle, MLX_FORMATS):
+                from .mlx_session import open_session
+
+                path = self._pick(bundle, MLX_FORMATS, options.artifact)
+                return open_session(context, config, path)
+            if options.engine == "mlx" or not find_artifacts(bundle, COREML_FORMATS):
+                why = mlx.reason if not mlx.ok else "no MLX weights folder under text/"
+                raise BackendSelectionError(
+                    f"{self.name} cannot serve {bundle} with MLX: {why}",
+                    code=Status.ERR_CANNOT_SERVE if mlx.ok else Status.ERR_BACKEND_UNAVAILABLE)
+        if not find_artifacts(bundle, COREML_FORMATS):
+            raise BackendSelectionError(
+                f"{self.name}: {bundle} ships no .mlpackage / .mlmodelc under text/ for Core ML",
+                code=Status.ERR_CANNOT_SERVE)
+        if not coreml.ok:
+            raise BackendSelectionError(
+                f"{self.name}: {bundle} ships only a Core ML model here, and {coreml.reason}. "
+                "Core ML prediction needs macOS; ship an MLX folder or a GGUF for this host",
+                code=Status.ERR_BACKEND_UNAVAILABLE)
+        from .coreml_session import open_session as open_coreml  # pragma: no cover - macOS
+
+        path = self._pick(bundle, COREML_FORMATS, options.artifact)  # pragma: no cover
+        return open_coreml(context, config, options, path)  # pragma: no cover
+
+    def _pick(self, bundle: Path, formats: tuple[str, ...], name: str | None) -> Path:
+        found = find_artifacts(bundle, formats)
+        if name is not None:
+            found = [p for p in found if p.name == name]
+        if not found:
+            want = f"{name!r}" if name else f"a {'/'.join(formats)} artifact"
+            raise BundleError(f"{bundle} has no {want} under text/ for {self.name}",
+                              code=Status.ERR_CANNOT_SERVE)
+        return found[0]
+
+
+def host_summary() -> str:
+    """One line: what this backend can run on this host (for READMEs and bug reports)."""
+    mlx, coreml = mlx_status(), coreml_status()
+    return (f"{sys.platform}: mlx {'ok (' + mlx.device + ')' if mlx.ok else 'no: ' + mlx.reason};"
+            f" Core ML {'ok' if coreml.ok else 'no: ' + coreml.reason}")
+
+
+@hookimpl
+def eliza_backends_factories() -> list[Factory]:
+    """The MLX / Core ML factory."""
+    return [MLXFactory()]
+
+
+__all__ = ["MLXFactory", "MLXOptions", "eliza_backends_factories", "host_summary"]

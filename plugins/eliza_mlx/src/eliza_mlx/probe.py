@@ -1,0 +1,207 @@
+"""Cheap host and artifact probes for the MLX / Core ML backend. Never imports mlx, mlx-lm or
+coremltools: installed distributions are read with :mod:`importlib.metadata` /
+:func:`importlib.util.find_spec` and the runtime libraries are looked for as files.
+
+* :func:`mlx_status`: can mlx-lm run here, and on what (Metal, CUDA, CPU)?
+* :func:`coreml_status`: can Core ML *predict* here (macOS 15+ with coremltools)?
+* :func:`check_mlx_folder`: is ``text/<dir>/`` a loadable MLX weights folder (config.json,
+  safetensors, tokenizer.json)? A broken folder is a :class:`BundleError`, never a crash.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import importlib.util
+import json
+import platform
+import sys
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from eliza_backends import BundleError
+
+MIN_MLX = (0, 32)
+MIN_MACOS_COREML = (15, 0)
+#: Distributions that give the Linux ``mlx`` package its native library.
+LINUX_BACKENDS = ("mlx-cpu", "mlx-cuda-13", "mlx-cuda-12", "mlx-cuda")
+
+
+@dataclass(frozen=True)
+class RuntimeStatus:
+    """One runtime's verdict: usable or not, why not, and facts for ``explain()``."""
+
+    ok: bool
+    reason: str = ""
+    device: str = ""  # "metal" | "cuda" | "cpu" | "ane" (Core ML)
+    detail: dict[str, str] = field(default_factory=dict)
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return md.version(dist)
+    except md.PackageNotFoundError:
+        return None
+
+
+def _version_tuple(v: str) -> tuple[int, ...]:
+    parts = []
+    for p in v.split(".")[:3]:
+        digits = "".join(c for c in p if c.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def _package_dir(name: str) -> Path | None:
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+@lru_cache(maxsize=1)
+def mlx_status() -> RuntimeStatus:
+    """Whether mlx-lm can run on this host, decided from files and metadata (cached)."""
+    pkg = _package_dir("mlx")
+    if pkg is None:
+        return RuntimeStatus(False, "mlx is not installed: pip install 'eliza-backends[mlx]'")
+    version = _version("mlx") or "?"
+    if version != "?" and _version_tuple(version) < MIN_MLX:
+        return RuntimeStatus(False, f"mlx {version} is too old: this backend needs mlx>=0.32")
+    if importlib.util.find_spec("mlx_lm") is None:
+        return RuntimeStatus(False, "mlx-lm is not installed: pip install 'mlx-lm>=0.32.2'")
+    if importlib.util.find_spec("tokenizers") is None:
+        return RuntimeStatus(False, "tokenizers is not installed: pip install tokenizers")
+    lib_dir = pkg / "lib"
+    libs = sorted(p.name for p in lib_dir.glob("libmlx.*")) if lib_dir.is_dir() else []
+    detail = {"mlx": version, "mlx_lm": _version("mlx-lm") or "?"}
+    if sys.platform == "darwin":
+        if platform.machine() != "arm64":
+            return RuntimeStatus(False, "mlx runs on Apple silicon only; this Mac is "
+                                 f"{platform.machine()}", detail=detail)
+        if not libs:
+            return RuntimeStatus(False, f"mlx at {pkg} has no libmlx: install mlx-metal "
+                                 "(pip install --force-reinstall mlx)", detail=detail)
+        metal = (lib_dir / "mlx.metallib").is_file()
+        detail["metal"] = "yes" if metal else "no"
+        return RuntimeStatus(True, device="metal" if metal else "cpu", detail=detail)
+    backends = {d: v for d in LINUX_BACKENDS if (v := _version(d)) is not None}
+    if not libs:
+        return RuntimeStatus(
+            False, f"mlx {version} is installed without a backend library ({pkg}/lib/libmlx.so "
+            "is missing): on Linux plain `mlx` cannot load; pip install 'mlx[cpu]' (or "
+            "'mlx[cuda12]')", detail=detail)
+    mismatched = {d: v for d, v in backends.items() if version != "?" and v != version}
+    if mismatched and len(mismatched) == len(backends):
+        listing = ", ".join(f"{d} {v}" for d, v in mismatched.items())
+        return RuntimeStatus(False, f"mlx {version} does not match its backend ({listing}): "
+                             "reinstall them at one version (pip install 'mlx[cpu]==<ver>')",
+                             detail=detail)
+    cuda = any(d.startswith("mlx-cuda") for d in backends)
+    detail["backend"] = ", ".join(f"{d} {v}" for d, v in backends.items()) or "source build"
+    detail["metal"] = "no"
+    return RuntimeStatus(True, device="cuda" if cuda else "cpu", detail=detail)
+
+
+@lru_cache(maxsize=1)
+def coreml_status() -> RuntimeStatus:
+    """Whether Core ML can run predictions here: macOS 15+ (stateful models) and coremltools."""
+    if sys.platform != "darwin":
+        host = {"linux": "Linux", "win32": "Windows"}.get(sys.platform, sys.platform)
+        return RuntimeStatus(False, f"Core ML prediction needs macOS 15+; this host is {host}")
+    mac = platform.mac_ver()[0]
+    if not mac or _version_tuple(mac)[:2] < MIN_MACOS_COREML:
+        return RuntimeStatus(False, f"Core ML stateful models need macOS 15+; this is macOS "
+                             f"{mac or '?'}")
+    version = _version("coremltools")
+    if version is None or importlib.util.find_spec("coremltools") is None:
+        return RuntimeStatus(False, "coremltools is not installed: pip install "
+                             "'coremltools>=9.0'")
+    if _version_tuple(version) < (9, 0):
+        return RuntimeStatus(False, f"coremltools {version} is too old: need >=9.0")
+    return RuntimeStatus(True, device="ane", detail={"coremltools": version, "macos": mac})
+
+
+# -------------------------------------------------------------------------------- MLX folders
+
+
+def _read_json(path: Path, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BundleError(f"MLX folder {path.parent} has no {path.name}; {what}") from None
+    except OSError as exc:
+        raise BundleError(f"cannot read {path}: {exc.strerror}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BundleError(f"{path} is not valid JSON ({exc}); re-export the MLX folder") from None
+    if not isinstance(data, dict):
+        raise BundleError(f"{path} must hold a JSON object, not {type(data).__name__}")
+    return data
+
+
+def _positive_int(config: dict[str, Any], key: str) -> int | None:
+    value = config.get(key)
+    if value is None and isinstance(config.get("text_config"), dict):
+        value = config["text_config"].get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise BundleError(f"config.json: {key} must be a positive integer, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class MLXFolder:
+    """What :func:`check_mlx_folder` learned about an MLX weights folder."""
+
+    path: Path
+    config: dict[str, Any]
+    model_type: str
+    vocab_size: int
+    max_positions: int | None
+    weight_files: tuple[Path, ...]
+
+
+def check_mlx_folder(path: Path) -> MLXFolder:
+    """Validate ``text/<dir>/`` before mlx sees it: config.json (a JSON object with a string
+    ``model_type`` and a positive ``vocab_size``, no ``model_file`` code hook), the safetensors
+    files (and every shard its index names), tokenizer.json. Raises :class:`BundleError`."""
+    if not path.is_dir():
+        raise BundleError(f"MLX weights folder {path} does not exist")
+    config = _read_json(path / "config.json", "an MLX folder needs config.json")
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        raise BundleError(f"{path / 'config.json'} has no model_type string; it is not an "
+                          "MLX / Hugging Face model config")
+    if "model_file" in config:
+        raise BundleError(f"{path / 'config.json'} asks mlx-lm to import custom model code "
+                          f"({config['model_file']!r}); bundles may not run code, convert the "
+                          "model to a built-in mlx-lm architecture")
+    vocab = _positive_int(config, "vocab_size")
+    if vocab is None:
+        raise BundleError(f"{path / 'config.json'} has no vocab_size")
+    weights = tuple(sorted(path.glob("*.safetensors")))
+    if not weights:
+        raise BundleError(f"MLX folder {path} has no *.safetensors weights")
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = _read_json(index, "").get("weight_map", {})
+        if not isinstance(weight_map, dict):
+            raise BundleError(f"{index}: weight_map must be an object")
+        missing = sorted({str(v) for v in weight_map.values()} - {p.name for p in weights})
+        if missing:
+            raise BundleError(f"MLX folder {path} is missing weight shards named by its index: "
+                              f"{', '.join(missing)}")
+    if not (path / "tokenizer.json").is_file():
+        raise BundleError(f"MLX folder {path} has no tokenizer.json (this backend tokenizes "
+                          "with the Hugging Face tokenizer file)")
+    return MLXFolder(path=path, config=config, model_type=model_type, vocab_size=vocab,
+                     max_positions=_positive_int(config, "max_position_embeddings"),
+                     weight_files=weights)
+
+
+__all__ = ["MLXFolder", "RuntimeStatus", "check_mlx_folder", "coreml_status", "mlx_status"]

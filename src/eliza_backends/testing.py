@@ -1,0 +1,468 @@
+"""The conformance kit: one test class that checks a backend against the whole contract.
+
+A plugin author subclasses :class:`BackendConformance` in their test suite and provides two
+fixtures, ``factory`` (a Factory instance) and ``bundle_dir`` (a bundle it can serve)::
+
+    import pytest
+    from eliza_backends.testing import BackendConformance
+    from my_backend_plugin import MyFactory
+
+    class TestMyBackend(BackendConformance):
+        @pytest.fixture
+        def factory(self):
+            return MyFactory()
+
+        @pytest.fixture
+        def bundle_dir(self):
+            return Path("tests/data/my-bundle")
+
+Optional overrides: ``base_config`` (a dict of StreamConfig fields), ``prompt_text``.
+Checks that depend on an optional feature are skipped with the reason when
+``session.capabilities`` says the feature is absent, never silently.
+
+This module is registered as a pytest plugin (``pytest11`` entry point); importing it outside
+pytest is not supported.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .backend import Capabilities, Factory, Session, Step
+from .config import StreamConfig
+from .context import InferenceContext
+from .errors import (
+    CancelledError,
+    ContextFullError,
+    InvalidArgumentError,
+    SessionBusyError,
+    SessionClosedError,
+    SlotError,
+    UnsupportedOperationError,
+)
+
+
+def run_to_end(session: Session, max_steps: int = 100_000, step_tokens: int | None = None
+               ) -> list[Step]:
+    """Call ``next()`` until a final step; return every step."""
+    steps = []
+    for _ in range(max_steps):
+        step = session.next(step_tokens)
+        steps.append(step)
+        if step.final:
+            return steps
+    raise AssertionError(f"no final step after {max_steps} next() calls")
+
+
+def generated_tokens(steps: list[Step]) -> list[int]:
+    """All token ids of a list of steps."""
+    return [t for s in steps for t in s.tokens]
+
+
+def long_prompt(session: Session, n_tokens: int, text: str) -> list[int]:
+    """``n_tokens`` in-vocabulary ids made by tokenizing ``text`` repeatedly."""
+    unit = session.tokenize(text, add_special=False) or [0]
+    ids = (unit * (n_tokens // len(unit) + 1))[:n_tokens]
+    return ids
+
+
+class BackendConformance:
+    """Aggregate contract checks for one backend. Subclass and provide ``factory`` and
+    ``bundle_dir`` fixtures. Every test opens its own sessions and closes them."""
+
+    #: StreamConfig fields every session of the kit uses (override per backend if needed).
+    base_config: dict[str, Any] = {
+        "context_size": 512, "batch_size": 64, "max_tokens": 24, "threads": 1,
+    }
+    #: Text the kit tokenizes to make prompts.
+    prompt_text: str = "The quick brown fox jumps over the lazy dog. "
+
+    # ------------------------------------------------------------------ fixtures
+
+    @pytest.fixture
+    def factory(self) -> Factory:
+        raise NotImplementedError("provide a `factory` fixture returning your Factory")
+
+    @pytest.fixture
+    def bundle_dir(self) -> Path:
+        raise NotImplementedError("provide a `bundle_dir` fixture: a bundle your backend serves")
+
+    @pytest.fixture
+    def context(self, bundle_dir: Path) -> Iterator[InferenceContext]:
+        ctx = InferenceContext(bundle_dir)
+        yield ctx
+        ctx.close()
+
+    @pytest.fixture
+    def open_session(self, factory: Factory, context: InferenceContext) -> Any:
+        """``open_session(**config_overrides) -> Session`` on the shared context."""
+
+        def _open(**overrides: Any) -> Session:
+            cfg = StreamConfig.build({**self.base_config, **overrides})
+            session = factory.open(context, cfg)
+            assert isinstance(session, Session), f"open() returned {session!r}"
+            return session
+
+        return _open
+
+    @pytest.fixture
+    def session(self, open_session: Any) -> Iterator[Session]:
+        s = open_session()
+        yield s
+        s.close()
+
+    @pytest.fixture
+    def prompt(self, session: Session) -> list[int]:
+        return session.tokenize(self.prompt_text, add_special=True)
+
+    # ------------------------------------------------------------------ factory
+
+    def test_factory_describes_itself(self, factory: Factory, bundle_dir: Path,
+                                      tmp_path: Path) -> None:
+        assert isinstance(factory.name, str) and factory.name
+        assert all(isinstance(a, str) and a for a in factory.aliases)
+        avail = factory.available()
+        assert avail, f"backend must be available to run the kit: {avail.reason}"
+        assert isinstance(factory.preference_rank(), int)
+        assert factory.can_serve(bundle_dir)
+        assert not factory.can_serve(tmp_path)
+        assert not factory.can_serve(tmp_path / "missing")
+
+    def test_capabilities_are_declared(self, session: Session) -> None:
+        caps = session.capabilities
+        assert isinstance(caps, Capabilities)
+        assert "none" in caps.drafters
+        assert session.vocab_size > 0
+        assert session.context_size >= 16
+        assert all(0 <= t < session.vocab_size for t in session.eog_token_ids)
+
+    # ------------------------------------------------------------------ generation
+
+    def test_prefill_next_until_final(self, session: Session, prompt: list[int]) -> None:
+        session.prefill(prompt)
+        assert session.n_past == len(prompt)
+        steps = run_to_end(session)
+        tokens = generated_tokens(steps)
+        assert 1 <= len(tokens) <= session.config.max_tokens
+        assert steps[-1].final and steps[-1].finish_reason in ("eos", "stop", "length", "context")
+        assert all(not s.final for s in steps[:-1])
+        assert all(0 <= t < session.vocab_size for t in tokens)
+        again = session.next()
+        assert again.final and again.tokens == ()
+
+    def test_budget_ends_with_length(self, open_session: Any, prompt: list[int]) -> None:
+        with open_session(max_tokens=5, ignore_eos=True) as s:
+            s.prefill(prompt)
+            steps = run_to_end(s)
+            assert len(generated_tokens(steps)) == 5
+            assert steps[-1].finish_reason == "length"
+
+    def test_multi_token_steps_match_single_steps(self, open_session: Any,
+                                                  prompt: list[int]) -> None:
+        with open_session(ignore_eos=True, max_tokens=12) as one, \
+                open_session(ignore_eos=True, max_tokens=12, tokens_per_step=5) as many:
+            one.prefill(prompt)
+            many.prefill(prompt)
+            single = run_to_end(one)
+            multi = run_to_end(many)
+            assert generated_tokens(single) == generated_tokens(multi)
+            assert max(len(s.tokens) for s in multi) > 1
+            assert all(len(s.tokens) <= 5 for s in multi)
+            assert "".join(s.text for s in single) == "".join(s.text for s in multi)
+
+    def test_greedy_is_deterministic(self, open_session: Any, prompt: list[int]) -> None:
+        outs = []
+        for _ in range(2):
+            with open_session() as s:
+                s.prefill(prompt)
+                outs.append(generated_tokens(run_to_end(s)))
+        assert outs[0] == outs[1]
+
+    def test_text_is_utf8_safe_and_matches_tokens(self, open_session: Any) -> None:
+        with open_session(ignore_eos=True, max_tokens=32) as s:
+            ids = s.tokenize("héllo wörld ✓ 日本語 🙂 ", add_special=True)
+            s.prefill(ids)
+            steps = run_to_end(s)
+            text = "".join(st.text for st in steps)
+            assert text == s.detokenize([t for t in generated_tokens(steps)
+                                         if t not in s.eog_token_ids])
+            for st in steps:
+                st.text.encode("utf-8")  # never a lone surrogate
+
+    def test_stop_string_ends_stream_and_is_not_emitted(self, open_session: Any,
+                                                        prompt: list[int]) -> None:
+        with open_session(ignore_eos=True, max_tokens=24) as s:
+            s.prefill(prompt)
+            full = s.detokenize(generated_tokens(run_to_end(s)))
+        stop = next((full[i:i + 2] for i in range(len(full) // 3, len(full) - 1)
+                     if full[i:i + 2].strip()), None)
+        if stop is None:
+            pytest.skip("greedy output has no usable stop string candidate")
+        with open_session(ignore_eos=True, max_tokens=24, stop=(stop,)) as s:
+            s.prefill(prompt)
+            steps = run_to_end(s)
+            text = "".join(st.text for st in steps)
+            assert steps[-1].finish_reason == "stop"
+            assert stop not in text
+            assert text == full[: full.index(stop)]
+
+    def test_context_end_finishes_stream(self, open_session: Any) -> None:
+        with open_session(context_size=32, batch_size=16, max_tokens=100_000,
+                          ignore_eos=True, tokens_per_step=16) as s:
+            ids = long_prompt(s, s.context_size - 8, self.prompt_text)
+            s.prefill(ids)
+            steps = run_to_end(s)
+            assert steps[-1].finish_reason == "context"
+            assert s.n_past == s.context_size
+
+    # ------------------------------------------------------------------ reset / reuse
+
+    def test_reset_forgets_everything(self, session: Session, prompt: list[int]) -> None:
+        session.prefill(prompt)
+        first = generated_tokens(run_to_end(session))
+        session.reset()
+        assert session.n_past == 0
+        session.prefill(prompt)
+        assert generated_tokens(run_to_end(session)) == first
+
+    def test_reset_keep_reuses_prefix(self, open_session: Any, prompt: list[int]) -> None:
+        head, tail = prompt[: len(prompt) // 2], prompt[len(prompt) // 2:]
+        with open_session() as fresh:
+            fresh.prefill(prompt)
+            expected = generated_tokens(run_to_end(fresh))
+        with open_session() as s:
+            s.prefill(head)
+            s.prefill([7 % s.vocab_size] * 3)
+            run_to_end(s)
+            kept = s.reset_keep(len(head))
+            if s.capabilities.prefix_reuse:
+                assert kept == len(head)
+                assert s.history == tuple(head)
+                s.prefill(tail)
+            else:
+                assert kept == 0
+                assert s.n_past == 0
+                s.prefill(prompt)
+            assert generated_tokens(run_to_end(s)) == expected
+
+    def test_reset_keep_bounds(self, session: Session, prompt: list[int]) -> None:
+        session.prefill(prompt)
+        assert session.reset_keep(10 * len(prompt)) in (len(prompt), 0)
+        with pytest.raises(InvalidArgumentError):
+            session.reset_keep(-1)
+        assert session.reset_keep(0) == 0
+        assert session.n_past == 0
+
+    def test_next_after_reset_keep_needs_prefill(self, session: Session,
+                                                 prompt: list[int]) -> None:
+        session.prefill(prompt)
+        session.reset_keep(len(prompt) - 1)
+        with pytest.raises(InvalidArgumentError):
+            session.next()
+
+    # ------------------------------------------------------------------ cancel
+
+    def test_cancel_before_call(self, session: Session, prompt: list[int]) -> None:
+        t = threading.Thread(target=session.cancel)
+        t.start()
+        t.join()
+        with pytest.raises(CancelledError):
+            session.prefill(prompt)
+        with pytest.raises(CancelledError):
+            session.next()
+        session.reset()
+        session.prefill(prompt)
+        assert session.next().tokens
+
+    def test_cancel_during_prefill(self, open_session: Any) -> None:
+        with open_session(context_size=4096, batch_size=16) as s:
+            if not s.capabilities.cancel_prefill:
+                pytest.skip("capabilities.cancel_prefill is False")
+            ids = long_prompt(s, s.context_size - 8, self.prompt_text)
+            timer = threading.Timer(0.02, s.cancel)
+            timer.start()
+            t0 = time.perf_counter()
+            try:
+                s.prefill(ids)
+                finished = True
+            except CancelledError:
+                finished = False
+            timer.join()
+            if finished:  # prefill beat the timer: the next call must see the cancel
+                with pytest.raises(CancelledError):
+                    s.next()
+            assert time.perf_counter() - t0 < 60
+            s.reset()
+            s.prefill(ids[:20])
+            assert s.next().tokens
+
+    def test_cancel_during_decode(self, open_session: Any, prompt: list[int]) -> None:
+        with open_session(context_size=4096, max_tokens=4000, ignore_eos=True,
+                          tokens_per_step=4000) as s:
+            s.prefill(prompt)
+            timer = threading.Timer(0.02, s.cancel)
+            timer.start()
+            with pytest.raises(CancelledError):
+                run_to_end(s)
+            timer.join()
+            s.reset()
+            s.prefill(prompt)
+            assert s.next().tokens
+
+    def test_cancel_keeps_history_for_reset_keep(self, open_session: Any,
+                                                 prompt: list[int]) -> None:
+        with open_session() as fresh:
+            fresh.prefill(prompt)
+            expected = generated_tokens(run_to_end(fresh))
+        with open_session() as s:
+            s.prefill(prompt)
+            s.cancel()
+            with pytest.raises(CancelledError):
+                s.next()
+            kept = s.reset_keep(len(prompt) - 1)
+            assert kept in (len(prompt) - 1, 0)
+            s.prefill(prompt[kept:])
+            assert generated_tokens(run_to_end(s)) == expected
+
+    def test_second_thread_gets_busy_error(self, open_session: Any) -> None:
+        with open_session(context_size=4096, batch_size=16) as s:
+            ids = long_prompt(s, s.context_size - 8, self.prompt_text)
+            errors: list[BaseException] = []
+
+            def consumer() -> None:
+                try:
+                    s.prefill(ids)
+                except CancelledError:
+                    pass
+                except BaseException as exc:  # pragma: no cover - reported below
+                    errors.append(exc)
+
+            t = threading.Thread(target=consumer)
+            t.start()
+            deadline = time.monotonic() + 10
+            while not s._lock.locked() and t.is_alive() and time.monotonic() < deadline:
+                time.sleep(0.0005)
+            if not t.is_alive():
+                pytest.skip("prefill finished before a second thread could collide with it")
+            with pytest.raises(SessionBusyError):
+                s.next()
+            s.cancel()
+            t.join()
+            assert not errors
+
+    # ------------------------------------------------------------------ slots
+
+    def test_slot_round_trip_continues_identically(self, open_session: Any, prompt: list[int],
+                                                   tmp_path: Path) -> None:
+        slot = tmp_path / "slot.bin"
+        with open_session(ignore_eos=True, max_tokens=16) as s:
+            if not s.capabilities.slots:
+                with pytest.raises(UnsupportedOperationError):
+                    s.save_slot(slot)
+                pytest.skip("capabilities.slots is False (checked that save raises)")
+            s.prefill(prompt)
+            s.next(3)
+            s.save_slot(slot)
+            expected = generated_tokens(run_to_end(s))
+        with open_session(ignore_eos=True, max_tokens=16) as other:
+            other.restore_slot(slot)
+            assert other.n_past == len(prompt) + 3
+            got = generated_tokens(run_to_end(other))
+        assert got[: len(expected)] == expected
+
+    def test_slot_right_after_prefill(self, open_session: Any, prompt: list[int],
+                                      tmp_path: Path) -> None:
+        slot = tmp_path / "slot.bin"
+        with open_session() as s:
+            if not s.capabilities.slots:
+                pytest.skip("capabilities.slots is False")
+            s.prefill(prompt)
+            s.save_slot(slot)
+            expected = generated_tokens(run_to_end(s))
+            s.reset()
+            s.restore_slot(slot)
+            assert generated_tokens(run_to_end(s)) == expected
+
+    def test_bad_slot_files_are_refused(self, session: Session, prompt: list[int],
+                                        tmp_path: Path) -> None:
+        if not session.capabilities.slots:
+            pytest.skip("capabilities.slots is False")
+        session.prefill(prompt)
+        good = tmp_path / "good.bin"
+        session.save_slot(good)
+        data = good.read_bytes()
+        cases = {"truncated": data[: len(data) // 2], "empty": b"", "garbage": b"x" * 100,
+                 "flipped": data[:-1] + bytes([data[-1] ^ 0xFF])}
+        for name, blob in cases.items():
+            bad = tmp_path / f"{name}.bin"
+            bad.write_bytes(blob)
+            with pytest.raises(SlotError):
+                session.restore_slot(bad)
+        with pytest.raises(SlotError):
+            session.restore_slot(tmp_path / "missing.bin")
+        assert session.history == tuple(prompt)  # a refused restore changes nothing
+        assert session.next().tokens
+
+    # ------------------------------------------------------------------ bad input
+
+    def test_bad_token_ids_are_refused(self, session: Session) -> None:
+        bad_inputs: list[Any] = [[], [-1], [session.vocab_size], [1.5], ["a"], "text", None,
+                                 [True]]
+        for bad in bad_inputs:
+            with pytest.raises(InvalidArgumentError):
+                session.prefill(bad)
+        assert session.n_past == 0
+
+    def test_next_before_prefill(self, session: Session) -> None:
+        with pytest.raises(InvalidArgumentError):
+            session.next()
+        with pytest.raises(InvalidArgumentError):
+            session.next(0)
+
+    def test_context_overflow(self, open_session: Any) -> None:
+        with open_session(context_size=64, batch_size=16) as s:
+            ids = long_prompt(s, s.context_size + 1, self.prompt_text)
+            with pytest.raises(ContextFullError):
+                s.prefill(ids)
+            s.prefill(ids[:10])
+            with pytest.raises(ContextFullError):
+                s.prefill(ids[: s.context_size - 9])
+            assert s.n_past == 10
+
+    def test_use_after_close(self, open_session: Any, prompt: list[int]) -> None:
+        s = open_session()
+        s.prefill(prompt)
+        s.close()
+        s.close()
+        for call in (lambda: s.prefill(prompt), s.next, s.reset, lambda: s.tokenize("x")):
+            with pytest.raises(SessionClosedError):
+                call()
+
+    def test_tokenize_round_trip(self, session: Session) -> None:
+        text = "Hello, world! 123"
+        ids = session.tokenize(text, add_special=False)
+        assert ids and all(0 <= t < session.vocab_size for t in ids)
+        assert session.detokenize(ids) == text
+        with_bos = session.tokenize(text, add_special=True)
+        if session.bos_token_id is not None:
+            assert with_bos[0] == session.bos_token_id
+
+    def test_sampling_is_seeded(self, open_session: Any, prompt: list[int]) -> None:
+        with open_session() as probe:
+            if not probe.capabilities.sampling:
+                pytest.skip("capabilities.sampling is False (greedy only)")
+        outs = []
+        for seed in (7, 7):
+            with open_session(temperature=1.0, seed=seed, ignore_eos=True) as s:
+                s.prefill(prompt)
+                outs.append(generated_tokens(run_to_end(s)))
+        assert outs[0] == outs[1]
+
+
+__all__ = ["BackendConformance", "generated_tokens", "long_prompt", "run_to_end"]

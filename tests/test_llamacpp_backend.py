@@ -1,0 +1,193 @@
+"""The llama.cpp backend on the tiny bundle: the conformance kit, oracle parity, direct-runtime
+parity, long-prefill cancel, slots across models, and GGUF validation before llama.cpp."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import TINY_BUNDLE
+
+pytest.importorskip("llama_cpp")
+
+from eliza_llamacpp import LlamaCppFactory  # noqa: E402
+
+from eliza_backends import (  # noqa: E402
+    BundleError,
+    CancelledError,
+    Factory,
+    InferenceContext,
+    SlotError,
+    StreamConfig,
+    open_stream,
+)
+from eliza_backends.testing import BackendConformance, generated_tokens, run_to_end  # noqa: E402
+
+ORACLE = json.loads((TINY_BUNDLE / "oracle.json").read_text())
+
+
+class TestLlamaCppConformance(BackendConformance):
+    @pytest.fixture
+    def factory(self) -> Factory:
+        return LlamaCppFactory()
+
+    @pytest.fixture
+    def bundle_dir(self) -> Path:
+        return TINY_BUNDLE
+
+
+@pytest.mark.parametrize("case", ORACLE["prompts"], ids=lambda c: c["name"])
+def test_greedy_matches_oracle_through_the_seam(case: dict) -> None:
+    n = len(case["continuation_ids"])
+    with open_stream(TINY_BUNDLE, backend="llama.cpp", max_tokens=n, ignore_eos=True,
+                     tokens_per_step=8, threads=1) as stream:
+        stream.prefill(case["prompt_ids"])
+        got = [t for step in stream for t in step.tokens]
+    assert got == case["continuation_ids"]
+
+
+def test_seam_equals_llama_cpp_used_directly() -> None:
+    from direct_runtimes import llamacpp_greedy
+
+    gguf = TINY_BUNDLE / "text" / "tiny-f16.gguf"
+    for case in ORACLE["prompts"]:
+        n = len(case["continuation_ids"])
+        with open_stream(TINY_BUNDLE, backend="llamacpp", max_tokens=n, ignore_eos=True,
+                         threads=1) as stream:
+            stream.prefill(case["prompt_ids"])
+            got = [t for step in stream for t in step.tokens]
+        assert got == llamacpp_greedy(gguf, case["prompt_ids"], n)
+
+
+def test_text_prompt_tokenizes_like_the_oracle() -> None:
+    with open_stream(TINY_BUNDLE, backend="llama.cpp", threads=1) as stream:
+        for case in ORACLE["prompts"]:
+            if case["kind"] == "chat":
+                continue
+            assert stream.session.tokenize(case["text"]) == case["prompt_ids"]
+
+
+def test_sessions_share_one_model_load() -> None:
+    factory = LlamaCppFactory()
+    cfg = StreamConfig(threads=1, context_size=256, batch_size=64)
+    with InferenceContext(TINY_BUNDLE) as ctx:
+        a = factory.open(ctx, cfg)
+        b = factory.open(ctx, cfg)
+        assert a._model is b._model  # type: ignore[attr-defined]
+        assert len(ctx._shared) == 1
+    assert a.closed and b.closed  # closing the context closed its sessions first
+
+
+@pytest.fixture(scope="module")
+def long_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random-weight llama (4 layers, hidden 256, vocab 32000) whose 4000-token prefill takes
+    long enough to interrupt."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent.parent / "tools"))
+    from make_random_gguf import make
+
+    bundle = tmp_path_factory.mktemp("long")
+    make(bundle / "text" / "small.gguf", preset="small", qtype="f16")
+    return bundle
+
+
+def test_cancel_interrupts_a_long_prefill_quickly(long_model: Path) -> None:
+    cfg = dict(backend="llama.cpp", context_size=4096, batch_size=512, threads=1)
+    with open_stream(long_model, **cfg) as stream:
+        ids = (stream.session.tokenize("the quick brown fox " * 800))[:4000]
+        t0 = time.perf_counter()
+        stream.prefill(ids)
+        full = time.perf_counter() - t0
+        stream.reset()
+        timer = threading.Timer(full / 4, stream.cancel)
+        t0 = time.perf_counter()
+        timer.start()
+        with pytest.raises(CancelledError):
+            stream.prefill(ids)
+        latency = time.perf_counter() - t0 - full / 4
+        timer.join()
+        assert stream.session.n_past == 0
+        stream.reset()
+        stream.prefill(ids[:8])
+        assert stream.next().tokens
+    # one 512-token chunk is at most 1/8 of the prefill; allow scheduling noise
+    assert latency < max(0.25 * full, 0.2), (latency, full)
+
+
+def test_slot_from_another_model_is_refused(long_model: Path, tmp_path: Path) -> None:
+    slot = tmp_path / "tiny.slot"
+    with open_stream(TINY_BUNDLE, backend="llama.cpp", threads=1) as tiny:
+        tiny.prefill(ORACLE["prompts"][0]["prompt_ids"])
+        tiny.session.save_slot(slot)
+    with open_stream(long_model, backend="llama.cpp", threads=1, context_size=256,
+                     batch_size=64) as other:
+        with pytest.raises(SlotError, match="different model"):
+            other.session.restore_slot(slot)
+        other.prefill([1, 2, 3])
+        assert other.next().tokens
+
+
+def test_slot_save_is_atomic_over_an_existing_file(tmp_path: Path) -> None:
+    slot = tmp_path / "s.slot"
+    with open_stream(TINY_BUNDLE, backend="llama.cpp", threads=1, ignore_eos=True) as s:
+        s.prefill(ORACLE["prompts"][0]["prompt_ids"])
+        s.session.save_slot(slot)
+        first = slot.read_bytes()
+        s.next(4)
+        s.session.save_slot(slot)
+        assert slot.read_bytes() != first
+        assert [p.name for p in tmp_path.iterdir()] == ["s.slot"]  # no temp files left
+
+
+def _copy_bundle_with(tmp_path: Path, data: bytes) -> Path:
+    bundle = tmp_path / "bad"
+    (bundle / "text").mkdir(parents=True)
+    (bundle / "text" / "model.gguf").write_bytes(data)
+    return bundle
+
+
+@pytest.mark.parametrize("mutate", ["magic", "version", "truncated_header", "truncated_data",
+                                    "empty"])
+def test_corrupted_gguf_is_a_bundle_error(tmp_path: Path, mutate: str) -> None:
+    good = (TINY_BUNDLE / "text" / "tiny-f16.gguf").read_bytes()
+    data = {
+        "magic": b"GGUX" + good[4:],
+        "version": good[:4] + (99).to_bytes(4, "little") + good[8:],
+        "truncated_header": good[:300],
+        "truncated_data": good[: len(good) - 1000],
+        "empty": b"",
+    }[mutate]
+    bundle = _copy_bundle_with(tmp_path, data)
+    with pytest.raises(BundleError):
+        open_stream(bundle, backend="llama.cpp")
+
+
+def test_gguf_check_accepts_the_real_files() -> None:
+    from eliza_llamacpp.gguf_header import check_gguf
+
+    header = check_gguf(TINY_BUNDLE / "text" / "tiny-f16.gguf")
+    assert header.version == 3 and "tokenizer.chat_template" in header.keys
+
+
+def test_generation_with_sampling_runs_and_is_seeded() -> None:
+    outs = []
+    for _ in range(2):
+        with open_stream(TINY_BUNDLE, backend="llama.cpp", temperature=0.9, top_k=40,
+                         top_p=0.95, min_p=0.05, repeat_penalty=1.1, seed=42, threads=1,
+                         max_tokens=24, ignore_eos=True) as s:
+            s.prefill("Four score")
+            outs.append(generated_tokens(run_to_end(s.session)))
+    assert outs[0] == outs[1] and len(outs[0]) == 24
+
+
+def test_copying_the_bundle_keeps_it_servable(tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(TINY_BUNDLE, copy)
+    with open_stream(copy, backend="llama.cpp", threads=1, max_tokens=4) as s:
+        s.prefill("Four")
+        assert s.text() is not None

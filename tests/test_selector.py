@@ -1,0 +1,238 @@
+"""The selector's full resolution table, through real entry-point discovery.
+
+Every scenario installs small plugin distributions on a temporary ``sys.path`` entry and lets
+the registry find them with ``importlib.metadata``; nothing in the registry is patched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import PluginSite, make_bundle
+
+from eliza_backends import BackendSelectionError, Registry, Status, explain, select
+
+LLAMA = '"llama.cpp", aliases=("llamacpp",), rank=0, suffix=".gguf"'
+
+
+def _select(site: PluginSite, bundle: Path, **env: str) -> str:
+    environ = site.environ(**env)
+    return select(bundle, environ=environ, registry=Registry(environ=environ)).name
+
+
+def _error(site: PluginSite, bundle: Path, **env: str) -> BackendSelectionError:
+    environ = site.environ(**env)
+    with pytest.raises(BackendSelectionError) as info:
+        select(bundle, environ=environ, registry=Registry(environ=environ))
+    return info.value
+
+
+@pytest.fixture
+def bundle(tmp_path: Path) -> Path:
+    return make_bundle(tmp_path / "bundle", "m.gguf", "m.alpha", "m.beta", "m.gamma")
+
+
+def test_env_hit_and_alias(plugin_site: PluginSite, bundle: Path) -> None:
+    plugin_site.add_scripted("llama", LLAMA)
+    plugin_site.add_scripted("alpha", '"alpha", aliases=("al",), rank=5, suffix=".alpha"')
+    plugin_site.add_scripted("beta", '"beta", rank=9, suffix=".beta"')
+    assert _select(plugin_site, bundle, ELIZA_LLM_BACKEND="alpha") == "alpha"
+    assert _select(plugin_site, bundle, ELIZA_LLM_BACKEND="  ALPHA ") == "alpha"
+    assert _select(plugin_site, bundle, ELIZA_LLM_BACKEND="Al") == "alpha"
+
+
+def test_env_forces_llama_cpp_over_higher_ranks(plugin_site: PluginSite, bundle: Path) -> None:
+    plugin_site.add_scripted("llama", LLAMA)
+    plugin_site.add_scripted("beta", '"beta", rank=9, suffix=".beta"')
+    assert _select(plugin_site, bundle) == "beta"
+    assert _select(plugin_site, bundle, ELIZA_LLM_BACKEND="llama.cpp") == "llama.cpp"
+    assert _select(plugin_site, bundle, ELIZA_LLM_BACKEND="llamacpp") == "llama.cpp"
+
+
+def test_env_unknown_name_fails_loudly(plugin_site: PluginSite, bundle: Path) -> None:
+    plugin_site.add_scripted("llama", LLAMA)
+    plugin_site.add_scripted("alpha", '"alpha", rank=5, suffix=".alpha"')
+    err = _error(plugin_site, bundle, ELIZA_LLM_BACKEND="alpah")
+    assert "not installed" in err.message and "'alpha'" in err.message
+    assert "llama.cpp, alpha" in err.message or "alpha, llama.cpp" in err.message
+    assert err.code == Status.ERR_BACKEND_UNAVAILABLE
+    err = _error(plugin_site, bundle, ELIZA_LLM_BACKEND="litert-lm")
+    assert "pip install 'eliza-backends[litert]'" in err.message
+
+
+def test_env_unavailable_fails_loudly(plugin_site: PluginSite, bundle: Path) -> None:
+    plugin_site.add_scripted("llama", LLAMA)
+    plugin_site.add_scripted("alpha", '"alpha", rank=5, suffix=".alpha", available=False, '
+                                      'reason="no NPU here"')
+    err = _error(plugin_site, bundle, ELIZA_LLM_BACKEND="alpha")
+    assert "not available on this host: no NPU here" in err.message
+    assert err.code == Status.ERR_BACKEND_UNAVAILABLE
+
+
+def test_env_cannot_serve_fails_loudly(plugin_site: PluginSite, tmp_path: Path) -> None:
+    plugin_site.add_scripted("llama", LLAMA)
+    plugin_site.add_scripted("alpha", '"alpha", rank=5, suffix=".alpha"')
+    only_gguf = make_bundle(tmp_path / "g", "m.gguf")
+    err = _error(plugin_site, only_gguf, ELIZA_LLM_BACKEND="alpha")
+    assert "cannot serve" in err.message
+    assert err.code == Status.ERR_CANNOT_SERVE
+
+
+def test_rank_order_and_ties(plugin_site: PluginSite, bundle: Path, tmp_path: Path) -> None:
+    plugin_site.add_scripted("llama", LLAMA)
+    plugin_site.add_scripted("alpha", '"alpha", rank=5, suffix=".alpha"')
+    plugin_site.add_scripted("beta", '"beta", rank=9, suffix=".beta"')
+    plugin_site.add_scripted("gamma", '"gamma", rank=5, suffix=".gamma"')
+    assert _select(plugin_site, bundle) == "beta"
+    no_beta = make_bundle(tmp_path / "nb", "m.gguf", "m.alpha", "m.gamma")
+    assert _select(plugin_site, no_beta) == "alpha"  # tie at 5: alphabetical
+
+
+def test_llama_cpp_is_the_fallback(plugin_site: PluginSite, bundle: Path) -> None:
+    plugin_site.add_scripted("llama", LLAMA)
+    plugin_site.add_scripted("alpha", '"alpha", rank=5, suffix=".alpha", available=False')
+    report = explain(bundle, environ=plugin_site.environ(),
+                     registry=Registry(environ=plugin_site.environ()))
+    assert report.chosen == "llama.cpp"
+    verdicts = {c.name: c.verdict for c in report.candidates}
+    assert verdicts == {"llama.cpp": "chosen", "alpha": "unavailable"}
+
+
+def test_rank_not_above_zero_loses_to_llama_cpp_but_serves_otherwise(
+        plugin_site: PluginSite, bundle: Path, tmp_path: Path) -> None:
+    plugin_site.add_scripted("llama", LLAMA)
+    plugin_site.add_scripted("slow", '"slow", rank=-10, suffix=".alpha"')
+    environ = plugin_site.environ()
+    report = explain(bundle, environ=environ, registry=Registry(environ=environ))
+    assert report.chosen == "llama.cpp"
+    slow = next(c for c in report.candidates if c.name == "slow")
+    assert slow.verdict == "below-llama.cpp" and "scripted rank -10" in slow.reason
+    assert _select(plugin_site, make_bundle(tmp_path / "a", "m.alpha")) == "slow"
+    assert _select(plugin_site, bundle, ELIZA_LLM_BACKEND="slow") == "slow"
+
+
+def test_nothing_can_serve_lists_what_each_lacked(plugin_site: PluginSite,
+                                                  tmp_path: Path) -> None:
+    plugin_site.add_scripted("llama", LLAMA)
+    plugin_site.add_scripted("alpha", '"alpha", rank=5, suffix=".alpha", available=False, '
+                                      'reason="runtime missing"')
+    empty = make_bundle(tmp_path / "e", "readme.txt")
+    err = _error(plugin_site, empty)
+    assert "no installed backend can serve" in err.message
+    assert "alpha: runtime missing" in err.message and "llama.cpp: no" in err.message
+    assert err.code == Status.ERR_CANNOT_SERVE
+
+
+def test_missing_bundle_is_a_bundle_error(plugin_site: PluginSite, tmp_path: Path) -> None:
+    plugin_site.add_scripted("llama", LLAMA)
+    err = _error(plugin_site, tmp_path / "nope")
+    assert err.code == Status.ERR_BUNDLE and "does not exist" in err.message
+
+
+def test_broken_plugins_are_isolated(plugin_site: PluginSite, bundle: Path) -> None:
+    plugin_site.add_scripted("llama", LLAMA)
+    plugin_site.add_scripted("alpha", '"alpha", rank=5, suffix=".alpha"')
+    plugin_site.add("importfails", "raise ImportError('missing native lib')\n")
+    plugin_site.add("garbage", """
+        from eliza_backends import hookimpl
+
+        @hookimpl
+        def eliza_backends_factories():
+            return ["not a factory"]
+        """)
+    plugin_site.add("raises", """
+        from eliza_backends import hookimpl
+
+        @hookimpl
+        def eliza_backends_factories():
+            raise RuntimeError("boom")
+        """)
+    plugin_site.add("unknownhook", """
+        from eliza_backends import hookimpl
+
+        @hookimpl
+        def eliza_backends_factoriez():
+            return []
+        """)
+    environ = plugin_site.environ()
+    registry = Registry(environ=environ)
+    assert sorted(f.name for f in registry.factories()) == ["alpha", "llama.cpp"]
+    problems = {p.plugin: p.error for p in registry.problems()}
+    assert set(problems) == {"importfails", "garbage", "raises", "unknownhook"}
+    assert "missing native lib" in problems["importfails"]
+    assert "not a Factory" in problems["garbage"]
+    assert "boom" in problems["raises"]
+    assert "eliza_backends_factoriez" in problems["unknownhook"]
+    report = explain(bundle, environ=environ, registry=registry)
+    assert report.chosen == "alpha" and len(report.broken_plugins) == 4
+
+
+def test_duplicate_names_are_reported(plugin_site: PluginSite, bundle: Path) -> None:
+    plugin_site.add_scripted("alpha", '"alpha", rank=5, suffix=".alpha"')
+    plugin_site.add_scripted("alpha2", '"ALPHA", rank=7, suffix=".alpha"')
+    registry = Registry(environ=plugin_site.environ())
+    assert [f.name for f in registry.factories()] == ["alpha"]
+    assert "clashes" in registry.problems()[0].error
+
+
+def test_allowlist_pins_plugins(plugin_site: PluginSite, bundle: Path) -> None:
+    plugin_site.add_scripted("llama", LLAMA)
+    plugin_site.add_scripted("beta", '"beta", rank=9, suffix=".beta"')
+    environ = {"ELIZA_BACKENDS_PLUGINS": "llama"}
+    assert select(bundle, environ=environ, registry=Registry(environ=environ)).name == \
+        "llama.cpp"
+    err_env = {"ELIZA_BACKENDS_PLUGINS": "llama", "ELIZA_LLM_BACKEND": "beta"}
+    with pytest.raises(BackendSelectionError):
+        select(bundle, environ=err_env, registry=Registry(environ=err_env))
+
+
+def test_backend_argument_wins_over_env(plugin_site: PluginSite, bundle: Path) -> None:
+    plugin_site.add_scripted("llama", LLAMA)
+    plugin_site.add_scripted("alpha", '"alpha", rank=5, suffix=".alpha"')
+    environ = plugin_site.environ(ELIZA_LLM_BACKEND="alpha")
+    chosen = select(bundle, backend="llama.cpp", environ=environ,
+                    registry=Registry(environ=environ))
+    assert chosen.name == "llama.cpp"
+
+
+def test_discovery_is_lazy_and_idempotent(plugin_site: PluginSite) -> None:
+    plugin_site.add("counted", """
+        from eliza_backends import hookimpl
+        from scripted_backend import ScriptedFactory
+        CALLS = []
+
+        @hookimpl
+        def eliza_backends_factories():
+            CALLS.append(1)
+            return [ScriptedFactory("counted")]
+        """)
+    registry = Registry(environ=plugin_site.environ())
+    assert "fake_plugin_counted" not in sys.modules  # nothing happens until first use
+    registry.factories()
+    registry.factories()
+    registry.get("counted")
+    assert sys.modules["fake_plugin_counted"].CALLS == [1]
+
+
+def test_cli_select_uses_real_discovery(plugin_site: PluginSite, bundle: Path) -> None:
+    plugin_site.add_scripted("llama", LLAMA)
+    plugin_site.add_scripted("beta", '"beta", rank=9, suffix=".beta"')
+    tests_dir = str(Path(__file__).parent)
+    env = {**os.environ, **plugin_site.environ(),
+           "PYTHONPATH": os.pathsep.join([str(plugin_site.root), tests_dir])}
+    env.pop("ELIZA_LLM_BACKEND", None)
+    out = subprocess.run([sys.executable, "-m", "eliza_backends", "select", str(bundle),
+                          "--json"], env=env, capture_output=True, text=True, check=True)
+    report = json.loads(out.stdout)
+    assert report["chosen"] == "beta"
+    assert {c["name"]: c["verdict"] for c in report["candidates"]} == {
+        "llama.cpp": "lower-rank", "beta": "chosen"}
+    env["ELIZA_LLM_BACKEND"] = "nosuch"
+    out = subprocess.run([sys.executable, "-m", "eliza_backends", "select", str(bundle)],
+                         env=env, capture_output=True, text=True)
+    assert out.returncode == 1 and "nosuch" in out.stderr and "Traceback" not in out.stderr
