@@ -37,6 +37,8 @@ from . import LlamaCppOptions
 from .gguf_header import check_gguf
 
 log = logging.getLogger("eliza_llamacpp.native")
+if log.level == logging.NOTSET:  # llama.cpp is chatty: errors only, unless the app says otherwise
+    log.setLevel(logging.ERROR)
 RUNTIME = f"llama-cpp-python {lc.__version__}"
 _DECODE_ABORTED = 2
 # ggml_log_level: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5 (continues the last line)

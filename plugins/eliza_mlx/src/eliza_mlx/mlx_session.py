@@ -1,0 +1,404 @@
+"""The MLX session on mlx-lm: a model loaded once per context, one prompt cache per session.
+
+Prefill runs ``config.batch_size``-token chunks through the model into the session's prompt
+cache (``make_prompt_cache``), checking for ``cancel()`` between chunks, and leaves the logits
+of the last token. Decoding samples with mlx-lm's sampler and logits processors built from the
+:class:`StreamConfig`.
+
+Decoding feeds ahead, the way mlx-lm's ``generate_step`` pipelines: as soon as a token is
+sampled (lazily), its forward pass and the sampling of the token after it are queued with
+``mx.async_eval`` *before* Python waits for the token's value, so the model computes while the
+core assembles text. A step of n tokens costs n forward passes; the first token after a prefill
+is sampled straight from the prefill's logits. The prompt cache therefore always holds the
+whole :attr:`Session.history` after a step (one extra token is computed at the end of a
+stream, as ``generate_step`` does too).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx  # type: ignore[import-not-found,unused-ignore]
+import mlx_lm  # type: ignore[import-not-found,unused-ignore]
+from mlx_lm.models.cache import (  # type: ignore[import-not-found,unused-ignore]
+    can_trim_prompt_cache,
+    load_prompt_cache,
+    make_prompt_cache,
+    save_prompt_cache,
+    trim_prompt_cache,
+)
+from mlx_lm.sample_utils import (  # type: ignore[import-not-found,unused-ignore]
+    make_logits_processors,
+    make_sampler,
+)
+from mlx_lm.utils import load_model  # type: ignore[import-not-found,unused-ignore]
+
+from eliza_backends import (
+    BackendRuntimeError,
+    BundleError,
+    Capabilities,
+    Decoded,
+    InferenceContext,
+    Session,
+    SlotError,
+    StreamConfig,
+    UnsupportedOperationError,
+)
+from eliza_backends.hf_tokenizer import HFTokenizer
+from eliza_backends.slots import fingerprint_artifact
+
+from .probe import MLXFolder, check_mlx_folder
+
+RUNTIME = f"mlx {mx.__version__} / mlx-lm {mlx_lm.__version__}"
+#: Compute runs on its own stream per thread, as in mlx-lm's generate_step.
+_STREAM = mx.new_thread_local_stream(mx.default_device())
+_SLOT_MAGIC = b"ELZMLX01"
+_SLOT_HEAD = struct.Struct("<8sIQ")  # magic, cached tokens, prompt-cache file length
+
+
+@dataclass
+class LoadedMLX:
+    """Weights and tokenizer of one MLX folder, shared by the sessions of a context."""
+
+    folder: MLXFolder
+    model: Any
+    tokenizer: HFTokenizer
+    vocab_size: int
+    eog: frozenset[int]
+    bos: int | None
+    add_bos: bool
+    chat_template: str | None
+    _fingerprint: str | None = None
+
+    @property
+    def fingerprint(self) -> str:
+        """Cheap identity of the folder (see :func:`fingerprint_artifact`)."""
+        if self._fingerprint is None:
+            self._fingerprint = fingerprint_artifact(self.folder.path)
+        return self._fingerprint
+
+
+def _ids(value: Any) -> set[int]:
+    if isinstance(value, bool):
+        return set()
+    if isinstance(value, int):
+        return {value}
+    if isinstance(value, list):
+        return {v for v in value if isinstance(v, int) and not isinstance(v, bool)}
+    return set()
+
+
+def _json_or_empty(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _token_content(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("content"), str):
+        return str(value["content"])
+    return None
+
+
+def load_weights(folder: MLXFolder) -> LoadedMLX:
+    """Load an already validated MLX folder with mlx-lm (errors become :class:`BundleError`)."""
+    tokenizer = HFTokenizer.from_file(folder.path / "tokenizer.json")
+    try:
+        model, _config = load_model(folder.path)
+    except Exception as exc:
+        raise BundleError(f"mlx-lm could not load {folder.path}: {type(exc).__name__}: {exc} "
+                          "(unsupported architecture, or weights that do not match config.json)"
+                          ) from None
+    vocab = folder.vocab_size
+    tok_config = _json_or_empty(folder.path / "tokenizer_config.json")
+    gen_config = _json_or_empty(folder.path / "generation_config.json")
+    eog = _ids(folder.config.get("eos_token_id")) | _ids(gen_config.get("eos_token_id"))
+    eos_text = _token_content(tok_config.get("eos_token"))
+    if eos_text is not None and (eos_id := tokenizer.token_id(eos_text)) is not None:
+        eog.add(eos_id)
+    bos: int | None = None
+    bos_ids = _ids(folder.config.get("bos_token_id")) or _ids(gen_config.get("bos_token_id"))
+    bos_text = _token_content(tok_config.get("bos_token"))
+    if bos_ids:
+        bos = min(bos_ids)
+    elif bos_text is not None:
+        bos = tokenizer.token_id(bos_text)
+    probe = tokenizer.encode("a", add_special=True)
+    add_bos = bos is not None and bool(probe) and probe[0] == bos and \
+        tokenizer.encode("a", add_special=False)[:1] != [bos]
+    template_file = folder.path / "chat_template.jinja"
+    template: str | None = None
+    if template_file.is_file():
+        template = template_file.read_text(encoding="utf-8")
+    elif isinstance(tok_config.get("chat_template"), str):
+        template = tok_config["chat_template"]
+    return LoadedMLX(folder=folder, model=model, tokenizer=tokenizer, vocab_size=vocab,
+                     eog=frozenset(t for t in eog if 0 <= t < vocab), bos=bos, add_bos=add_bos,
+                     chat_template=template)
+
+
+def open_session(context: InferenceContext, config: StreamConfig, path: Path) -> MLXSession:
+    """Validate the folder, load (or reuse) its weights on ``context``, open a session."""
+    if config.drafter != "none":
+        raise UnsupportedOperationError(
+            f"mlx-coreml does not support drafter={config.drafter!r} yet (capabilities.drafters "
+            "is {'none'}); use drafter='none' or the llama.cpp backend")
+    folder = check_mlx_folder(path)
+    loaded = context.shared(("mlx", str(path)), lambda: load_weights(folder))
+    return MLXSession(loaded, config, context)
+
+
+def _greedy(logits: Any) -> Any:
+    return mx.argmax(logits, axis=-1)
+
+
+class MLXSession(Session):
+    """An mlx-lm generation: one prompt cache (KV per layer) on the shared model."""
+
+    backend_name = "mlx-coreml"
+
+    def __init__(self, loaded: LoadedMLX, config: StreamConfig,
+                 context: InferenceContext | None) -> None:
+        self._loaded = loaded
+        self._model = loaded.model
+        self._cache: list[Any] = make_prompt_cache(loaded.model)
+        self._greedy = config.greedy
+        self._sampler: Callable[[Any], Any] = _greedy if config.greedy else make_sampler(
+            temp=config.temperature, top_p=config.top_p, min_p=config.min_p,
+            top_k=config.top_k)
+        self._processors: list[Callable[[Any, Any], Any]] = []
+        self._last_n = 0
+        if config.repeat_penalty != 1.0 and config.repeat_last_n > 0:
+            self._last_n = config.repeat_last_n
+            self._processors = make_logits_processors(
+                repetition_penalty=config.repeat_penalty,
+                repetition_context_size=config.repeat_last_n)
+        self._n_kv = 0  # positions in the prompt cache (== len(history) between calls)
+        self._logits: Any = None  # logits after the last cached token, shape (1, vocab)
+        self._y: Any = None  # the next token, sampled (lazily) from _logits
+        self._stale = False  # the cache could not be rolled back: only reset() helps
+        super().__init__(config, context)
+        self._seed()
+
+    # ------------------------------------------------------------------ facts
+
+    @property
+    def vocab_size(self) -> int:
+        return self._loaded.vocab_size
+
+    @property
+    def context_size(self) -> int:
+        return self.config.context_size
+
+    @property
+    def eog_token_ids(self) -> frozenset[int]:
+        return self._loaded.eog
+
+    @property
+    def bos_token_id(self) -> int | None:
+        return self._loaded.bos if self._loaded.add_bos else None
+
+    @property
+    def chat_template(self) -> str | None:
+        """The folder's chat template (chat_template.jinja or tokenizer_config.json)."""
+        return self._loaded.chat_template
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(token_input=True, prefix_reuse=True, slots=True,
+                            cancel_prefill=False, sampling=True)
+
+    # ------------------------------------------------------------------ sampling
+
+    def _seed(self) -> None:
+        # mlx's sampling PRNG is process-global: reseeded on open and on every rewind.
+        if not self._greedy:
+            mx.random.seed(self.config.seed)
+
+    def _tail(self, ids: list[int], lazy: Any = None) -> Any:
+        """The recent tokens the repetition penalty looks at (``lazy``: a pending token)."""
+        keep = self._last_n - (1 if lazy is not None else 0)
+        recent = ids[-keep:] if keep > 0 else []
+        tail = mx.array(recent, dtype=mx.uint32) if recent else None
+        if lazy is None:
+            return tail
+        return lazy if tail is None else mx.concatenate([tail, lazy])
+
+    def _launch(self, logits: Any, tail: Any) -> None:
+        """Queue the sampling of the next token from ``logits`` (not waited for)."""
+        self._logits = logits
+        if self._processors and tail is not None:
+            for processor in self._processors:
+                logits = processor(tail, logits)
+        if not self._greedy:
+            logits = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        self._y = self._sampler(logits)
+        mx.async_eval(self._y)
+
+    # ------------------------------------------------------------------ hooks
+
+    def _prefill(self, token_ids: list[int]) -> None:
+        if self._stale:
+            raise BackendRuntimeError("the MLX prompt cache was lost by an interrupted call; "
+                                      "call reset() before prefilling again")
+        model, cache, step = self._model, self._cache, self.config.batch_size
+        start = self._n_kv
+        history = list(self._history)
+        try:
+            with mx.stream(_STREAM):
+                for off in range(0, len(token_ids), step):
+                    self._raise_if_cancelled()
+                    chunk = token_ids[off:off + step]
+                    out = model(mx.array(chunk, dtype=mx.uint32)[None], cache=cache)
+                    self._n_kv = start + off + len(chunk)
+                    if off + step < len(token_ids):
+                        mx.eval([c.state for c in cache])
+                        continue
+                    tail = self._tail(history + token_ids) if self._processors else None
+                    self._launch(out[:, -1, :], tail)
+                    mx.eval(self._y)
+        except BaseException:
+            self._rollback(start)
+            raise
+
+    def _rollback(self, n: int) -> None:
+        self._logits = self._y = None
+        extra = self._n_kv - n
+        if extra > 0:
+            if can_trim_prompt_cache(self._cache) and trim_prompt_cache(self._cache, extra) == extra:
+                self._n_kv = n
+            else:
+                self._stale = True
+
+    def _decode(self, max_tokens: int) -> Decoded:
+        out: list[int] = []
+        model, cache, cancel = self._model, self._cache, self._cancel
+        eog = self._loaded.eog
+        stop_at_eog = not self.config.ignore_eos
+        processors = bool(self._processors)
+        with mx.stream(_STREAM):
+            for i in range(max_tokens):
+                if i and cancel.is_set():
+                    self._raise_if_cancelled()
+                y = self._y
+                logits = model(y[None], cache=cache)[:, -1, :]
+                self._n_kv += 1
+                tail = self._tail(self._history + out, y) if processors else None
+                self._launch(logits, tail)
+                tok = y.item()
+                out.append(tok)
+                if stop_at_eog and tok in eog:
+                    break
+        return Decoded(out)
+
+    def _reset(self) -> None:
+        self._cache = make_prompt_cache(self._model)
+        self._n_kv = 0
+        self._logits = self._y = None
+        self._stale = False
+        self._seed()
+
+    def _truncate(self, n_keep: int) -> bool:
+        if self._stale:
+            return False
+        drop = self._n_kv - n_keep
+        if drop > 0:
+            if not can_trim_prompt_cache(self._cache):
+                return False
+            if trim_prompt_cache(self._cache, drop) != drop:
+                return False
+            self._n_kv = n_keep
+        elif drop < 0:
+            return False
+        self._logits = self._y = None
+        self._seed()
+        return True
+
+    def _token_bytes(self, token_id: int) -> bytes:
+        return self._loaded.tokenizer.piece(token_id)
+
+    def _tokenize(self, text: str, add_special: bool) -> list[int]:
+        return self._loaded.tokenizer.encode(text, add_special=add_special)
+
+    # ------------------------------------------------------------------ slots
+
+    def _slot_identity(self) -> tuple[str, str]:
+        return self._loaded.fingerprint, RUNTIME
+
+    def _save_state(self) -> bytes:
+        """mlx-lm's prompt-cache safetensors file, plus the logits of the last token."""
+        if self._stale or self._n_kv != len(self._history):
+            raise SlotError("the MLX prompt cache does not match the history (interrupted "
+                            "call); reset() or prefill again before saving")
+        if self._logits is None:  # after reset_keep: recompute the last token's logits
+            if not can_trim_prompt_cache(self._cache):
+                raise SlotError("this model's cache cannot be trimmed; prefill before saving")
+            with mx.stream(_STREAM):
+                trim_prompt_cache(self._cache, 1)
+                out = self._model(mx.array(self._history[-1:], dtype=mx.uint32)[None],
+                                  cache=self._cache)
+                self._logits = out[:, -1, :]
+                mx.eval(self._logits)
+        with tempfile.TemporaryDirectory(prefix="eliza-mlx-slot-") as tmp:
+            cache_file = os.path.join(tmp, "cache.safetensors")
+            logits_file = os.path.join(tmp, "logits.safetensors")
+            save_prompt_cache(cache_file, self._cache, {"eliza_n_kv": str(self._n_kv)})
+            mx.save_safetensors(logits_file, {"logits": self._logits})
+            cache_bytes = Path(cache_file).read_bytes()
+            logits_bytes = Path(logits_file).read_bytes()
+        return _SLOT_HEAD.pack(_SLOT_MAGIC, self._n_kv, len(cache_bytes)) + cache_bytes + \
+            logits_bytes
+
+    def _restore_state(self, payload: bytes, tokens: list[int]) -> None:
+        if len(payload) < _SLOT_HEAD.size:
+            raise SlotError("slot payload is too short for an MLX state")
+        magic, n_kv, cache_len = _SLOT_HEAD.unpack_from(payload)
+        body = payload[_SLOT_HEAD.size:]
+        if magic != _SLOT_MAGIC or cache_len > len(body):
+            raise SlotError("slot payload is not an MLX prompt-cache state")
+        if n_kv != len(tokens):
+            raise SlotError(f"slot says {n_kv} cached tokens for a history of {len(tokens)}")
+        with tempfile.TemporaryDirectory(prefix="eliza-mlx-slot-") as tmp:
+            cache_file = os.path.join(tmp, "cache.safetensors")
+            logits_file = os.path.join(tmp, "logits.safetensors")
+            Path(cache_file).write_bytes(body[:cache_len])
+            Path(logits_file).write_bytes(body[cache_len:])
+            try:
+                cache = load_prompt_cache(cache_file)
+                logits = mx.load(logits_file)["logits"]
+                mx.eval(logits, [c.state for c in cache])
+            except Exception as exc:
+                raise SlotError(f"mlx-lm could not read the saved prompt cache: {exc}") from None
+        fresh = make_prompt_cache(self._model)
+        if len(cache) != len(fresh) or any(type(a) is not type(b) for a, b in zip(cache, fresh)):
+            raise SlotError("the saved prompt cache does not fit this model's layers")
+        offsets = {getattr(c, "offset", n_kv) for c in cache}
+        if offsets != {n_kv} or tuple(logits.shape) != (1, self._loaded.vocab_size):
+            raise SlotError("the saved prompt cache does not match its token history")
+        self._cache = cache
+        self._n_kv = n_kv
+        self._stale = False
+        self._seed()
+        with mx.stream(_STREAM):
+            self._launch(logits, self._tail(tokens) if self._processors else None)
+            mx.eval(self._y)
+
+    # ------------------------------------------------------------------ teardown
+
+    def _close(self) -> None:
+        self._cache = []
+        self._logits = self._y = None
+
+
+__all__ = ["RUNTIME", "LoadedMLX", "MLXSession", "load_weights", "open_session"]

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Install, lint (ruff), type-check (mypy --strict on the core) and run the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install.sh
+.venv/bin/ruff check src plugins tests tools benchmarks examples
+.venv/bin/mypy --strict src
+exec .venv/bin/python -m pytest "$@"
