@@ -35,7 +35,7 @@ class StreamConfig(BaseModel):
         256, ge=1, description="Max tokens generated after each prefill before the stream ends."
     )
     tokens_per_step: int = Field(
-        1, ge=1, le=4096, description="Tokens one next() call produces by default."
+        1, ge=1, le=1 << 20, description="Tokens one next() call produces by default."
     )
     stop: tuple[str, ...] = Field(
         (), description="Stop strings: generation ends before any of them; never emitted."

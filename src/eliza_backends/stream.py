@@ -17,7 +17,7 @@ from typing import Any
 from .backend import Session, Step
 from .config import StreamConfig
 from .context import InferenceContext
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, UnsupportedOperationError
 from .registry import Registry
 from .selector import select
 
@@ -174,6 +174,19 @@ class Stream:
         return f"<Stream {self.backend} on {self.context.bundle_dir} n_past={self.session.n_past}>"
 
 
+def check_capabilities(session: Session, config: StreamConfig, backend: str) -> None:
+    """Refuse a config asking for what the session does not have (never a silent downgrade)."""
+    caps = session.capabilities
+    if config.drafter not in caps.drafters:
+        raise UnsupportedOperationError(
+            f"backend {backend} does not support drafter={config.drafter!r} (it supports: "
+            f"{', '.join(sorted(caps.drafters))}); choose another drafter or backend")
+    if not caps.sampling and not config.greedy:
+        raise UnsupportedOperationError(
+            f"backend {backend} decodes greedily only; set temperature=0 or choose another "
+            "backend")
+
+
 def open_stream(
     bundle: str | os.PathLike[str] | InferenceContext,
     config: StreamConfig | Mapping[str, Any] | None = None,
@@ -199,6 +212,11 @@ def open_stream(
         if not isinstance(session, Session):
             raise InvalidArgumentError(f"backend {factory.name} returned {session!r} from "
                                        "open(), not a Session")
+        try:
+            check_capabilities(session, cfg, factory.name)
+        except BaseException:
+            session.close()
+            raise
     except BaseException:
         if owns:
             context.close()
