@@ -31,7 +31,7 @@ BOS, EOS, VOCAB = 256, 257, 258
 
 def next_token(history: list[int], seed: int) -> int:
     """The scripted model: a deterministic function of the last three tokens."""
-    a, b, c = (history[-3:] + [0, 0, 0])[:3] if len(history) >= 3 else (0, 0, len(history))
+    a, b, c = ([*history[-3:], 0, 0, 0])[:3] if len(history) >= 3 else (0, 0, len(history))
     value = (a * 7 + b * 13 + c * 31 + seed) % 97
     if value == 0 and len(history) > 40:
         return EOS

@@ -111,9 +111,9 @@ def test_symlink_escaping_the_bundle_is_refused(tmp_path: Path) -> None:
 def test_missing_or_empty_bundles(tmp_path: Path) -> None:
     with pytest.raises(BundleError, match="does not exist"):
         verify_bundle(tmp_path / "nope")
-    with pytest.raises(BundleError, match="manifest.json not found"):
+    with pytest.raises(BundleError, match=r"manifest\.json not found"):
         load_manifest(tmp_path)
-    with pytest.raises(BundleError, match="no text/"):
+    with pytest.raises(BundleError, match=r"no text/ directory"):
         write_manifest(tmp_path)
     (tmp_path / "text").mkdir()
     with pytest.raises(BundleError, match="no model artifact"):

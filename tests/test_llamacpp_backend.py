@@ -14,9 +14,9 @@ from conftest import TINY_BUNDLE
 
 pytest.importorskip("llama_cpp")
 
-from eliza_llamacpp import LlamaCppFactory  # noqa: E402
+from eliza_llamacpp import LlamaCppFactory
 
-from eliza_backends import (  # noqa: E402
+from eliza_backends import (
     BundleError,
     CancelledError,
     Factory,
@@ -25,7 +25,7 @@ from eliza_backends import (  # noqa: E402
     StreamConfig,
     open_stream,
 )
-from eliza_backends.testing import BackendConformance, generated_tokens, run_to_end  # noqa: E402
+from eliza_backends.testing import BackendConformance, generated_tokens, run_to_end
 
 ORACLE = json.loads((TINY_BUNDLE / "oracle.json").read_text())
 

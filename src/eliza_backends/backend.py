@@ -464,7 +464,7 @@ class Session(ABC):
         for i, t in enumerate(ids):
             if not isinstance(t, int) or isinstance(t, bool):
                 try:
-                    if isinstance(t, bool) or hasattr(t, "dtype") and t.dtype.kind == "b":
+                    if isinstance(t, bool) or (hasattr(t, "dtype") and t.dtype.kind == "b"):
                         raise TypeError
                     t = operator.index(t)  # numpy integers are fine
                 except TypeError:

@@ -23,7 +23,7 @@ import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
@@ -33,7 +33,7 @@ from .errors import BundleError, Status
 MANIFEST_NAME = "manifest.json"
 TEXT_DIR = "text"
 DRAFT_DIR = "draft"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 
 ArtifactRole = Literal["model", "draft"]
 
@@ -253,10 +253,12 @@ def scan_artifacts(bundle_dir: str | os.PathLike[str]) -> list[ArtifactRecord]:
     return records
 
 
-def write_manifest(bundle_dir: str | os.PathLike[str], *, name: str | None = None) -> BundleManifest:
+def write_manifest(bundle_dir: str | os.PathLike[str], *,
+                   name: str | None = None) -> BundleManifest:
     """Scan ``text/``, hash every artifact file, and write ``manifest.json`` atomically."""
     root = Path(bundle_dir)
-    manifest = BundleManifest(name=name or root.resolve().name, artifacts=tuple(scan_artifacts(root)))
+    manifest = BundleManifest(name=name or root.resolve().name,
+                              artifacts=tuple(scan_artifacts(root)))
     tmp = root / f".{MANIFEST_NAME}.tmp"
     tmp.write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, root / MANIFEST_NAME)

@@ -26,9 +26,9 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 def _print_table(rows: list[list[str]], headers: list[str]) -> None:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
               for i, h in enumerate(headers)]
-    print("  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip())
+    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=False)).rstrip())
     for row in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)).rstrip())
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -40,7 +40,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(json.dumps({"backends": [i.to_dict() for i in infos],
                           "broken_plugins": [p.__dict__ for p in problems]}, indent=2))
         return EXIT_OK
-    rows = [[i.name, ", ".join(i.aliases) or "-", f"{i.distribution or '-'} {i.version or ''}".strip(),
+    rows = [[i.name, ", ".join(i.aliases) or "-",
+             f"{i.distribution or '-'} {i.version or ''}".strip(),
              "yes" if i.available else "no", str(i.rank), ", ".join(i.formats),
              i.reason if not i.available else (i.rank_reason or "")]
             for i in infos]

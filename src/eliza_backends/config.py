@@ -2,8 +2,9 @@
 
 :class:`StreamConfig` is everything a backend needs to open a session: context and batch sizes,
 threads, the generation budget, stop strings, sampling, the drafter, and per-backend options.
-It is a frozen pydantic model: invalid values raise :class:`~eliza_backends.errors.InvalidArgumentError`
-with one line per problem, and ``config.model_copy(update=...)`` makes a changed copy.
+It is a frozen pydantic model: invalid values raise
+:class:`~eliza_backends.errors.InvalidArgumentError` with one line per problem, and
+``StreamConfig.build(config, **changes)`` makes a validated, changed copy.
 
 Sampling defaults to greedy (``temperature=0``): an embedded library should be deterministic
 unless asked not to be.
@@ -45,14 +46,14 @@ class StreamConfig(BaseModel):
     temperature: float = Field(0.0, ge=0.0, le=100.0, description="0 means greedy decoding.")
     top_k: int = Field(0, ge=0, description="Keep the k most likely tokens; 0 disables.")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass; 1 disables.")
-    min_p: float = Field(0.0, ge=0.0, le=1.0, description="Min probability relative to top; 0 off.")
+    min_p: float = Field(0.0, ge=0.0, le=1.0, description="Min prob. relative to top; 0 off.")
     repeat_penalty: float = Field(1.0, gt=0.0, le=10.0, description="1 disables.")
     repeat_last_n: int = Field(64, ge=0, description="Window the repeat penalty looks back on.")
     seed: int = Field(0, ge=0, lt=1 << 32, description="Sampler seed (used when temperature > 0).")
 
     drafter: DrafterKind = Field("none", description="Speculative drafter: none, ngram, model.")
     draft_length: int = Field(4, ge=1, le=64, description="Tokens drafted per speculative step.")
-    ngram_size: int = Field(3, ge=1, le=16, description="Longest n-gram the lookup drafter matches.")
+    ngram_size: int = Field(3, ge=1, le=16, description="Longest n-gram the drafter matches.")
     draft_model: str | None = Field(
         None,
         description="Draft artifact path relative to the bundle (default: the bundle's first "
@@ -82,7 +83,8 @@ class StreamConfig(BaseModel):
         return self.temperature == 0.0 or self.top_k == 1
 
     @classmethod
-    def build(cls, config: StreamConfig | Mapping[str, Any] | None = None, **overrides: Any) -> StreamConfig:
+    def build(cls, config: StreamConfig | Mapping[str, Any] | None = None,
+              **overrides: Any) -> StreamConfig:
         """Make a config from a config, a mapping and/or keyword overrides, with typed errors.
 
         A single string given for ``stop`` is taken as one stop string.

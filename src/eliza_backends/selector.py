@@ -161,7 +161,8 @@ def _resolve(bundle_dir: str | os.PathLike[str], backend: str | None,
             if match is None or f is not match[0]:
                 verdicts[f.name] = ("not-requested", f"{requested_by} asks for {requested}")
         if match is None:
-            return report(None, _unknown_backend(requested, requested_by, factories), verdicts), None
+            err = _unknown_backend(requested, requested_by, factories)
+            return report(None, err, verdicts), None
         f, a, s, _ = match
         if not a.ok:
             err = (f"{requested_by} asks for backend {requested!r} ({f.name}), which is installed "

@@ -65,7 +65,8 @@ def fingerprint_artifact(path: str | os.PathLike[str], sample: int = 1 << 20) ->
     return h.hexdigest()
 
 
-def write_slot(path: str | os.PathLike[str], header_fields: dict[str, object], payload: bytes) -> None:
+def write_slot(path: str | os.PathLike[str], header_fields: dict[str, object],
+               payload: bytes) -> None:
     """Atomically write a slot file: temp file in the same directory, fsync, rename.
 
     ``header_fields`` are the :class:`SlotHeader` fields except the payload size and hash.
@@ -115,7 +116,8 @@ def read_slot(
     except FileNotFoundError:
         raise SlotError(f"slot file {source} does not exist", code=Status.ERR_IO) from None
     except OSError as exc:
-        raise SlotError(f"cannot read slot file {source}: {exc.strerror}", code=Status.ERR_IO) from None
+        raise SlotError(f"cannot read slot file {source}: {exc.strerror}",
+                        code=Status.ERR_IO) from None
     if len(data) < _HEAD.size or data[:8] != MAGIC:
         raise SlotError(f"{source} is not an eliza-backends slot file (bad magic or truncated)")
     _, head_len = _HEAD.unpack_from(data)

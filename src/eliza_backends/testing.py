@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -77,7 +77,7 @@ class BackendConformance:
     ``bundle_dir`` fixtures. Every test opens its own sessions and closes them."""
 
     #: StreamConfig fields every session of the kit uses (override per backend if needed).
-    base_config: dict[str, Any] = {
+    base_config: ClassVar[dict[str, Any]] = {
         "context_size": 512, "batch_size": 64, "max_tokens": 24, "threads": 1,
     }
     #: Text the kit tokenizes to make prompts.

@@ -91,7 +91,7 @@ def _gpt2_byte_decoder() -> dict[str, int]:
             printable.append(b)
             chars.append(256 + n)
             n += 1
-    return {chr(c): b for b, c in zip(printable, chars)}
+    return {chr(c): b for b, c in zip(printable, chars, strict=False)}
 
 
 def byte_level_pieces(tokenizer_json: Mapping[str, Any]) -> list[bytes]:

@@ -101,7 +101,7 @@ def check_gguf(path: str | os.PathLike[str]) -> GGUFHeader:
     p = Path(path)
     try:
         size = p.stat().st_size
-        f = open(p, "rb")
+        f = open(p, "rb")  # noqa: SIM115 - closed by the `with f` below
     except OSError as exc:
         raise BundleError(f"cannot open {p}: {exc.strerror}") from None
     with f:
