@@ -1,0 +1,275 @@
+"""llama.cpp through the seam vs llama-cpp-python used directly, side by side in one run.
+
+    python benchmarks/bench_llamacpp.py [--models tiny,q4_0,q8_0] [--repeat 3] [--gen 128] [--json]
+
+Contenders, each run in a fresh process (so peak RSS and load time are its own), interleaved
+A B C A B C ... so that machine noise hits all of them alike:
+
+- ``seam``: ``eliza_backends.open_stream(..., backend="llama.cpp")``, prefill + ``next()``;
+- ``minimal``: a minimal ctypes loop on llama-cpp-python's low-level API (batch, decode, greedy
+  sampler) — the floor any wrapper pays;
+- ``highlevel``: ``Llama.create_completion(stream=True)``.
+
+Reported per contender: load time, time to first token (from the start of prefill), prefill
+and decode tokens/s (median, min-max), peak RSS, and the decode rate per position bucket (flat
+is good); ratios are against ``minimal``. Models: the tiny bundle's GGUF and a random-weight
+~0.85 B llama (Q4_0 / Q8_0) made by ``tools/make_random_gguf.py`` into ``.bench-cache/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = ROOT / ".bench-cache"
+TINY = ROOT / "examples" / "bundles" / "tiny"
+CONTENDERS = ("seam", "minimal", "highlevel")
+PROMPT = ("The history of the lighthouse begins on a rocky coast where sailors needed a light "
+          "to guide them home through storms and fog. ")
+
+
+def model_bundle(name: str) -> Path:
+    """A bundle directory for a model name: ``tiny`` or a random 0.85 B quantization."""
+    if name == "tiny":
+        return TINY
+    sys.path.insert(0, str(ROOT / "tools"))
+    from make_random_gguf import make
+
+    bundle = CACHE / f"random-0.85b-{name}"
+    make(bundle / "text" / f"model-{name}.gguf", preset="0.85b", qtype=name)
+    return bundle
+
+
+def _gguf(bundle: Path) -> Path:
+    return sorted((bundle / "text").glob("*.gguf"))[0]
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# ---------------------------------------------------------------------------- workers
+
+
+def run_seam(bundle: Path, n_prompt: int, n_gen: int, threads: int) -> dict[str, Any]:
+    from eliza_backends import open_stream
+
+    t0 = time.perf_counter()
+    stream = open_stream(bundle, backend="llama.cpp", threads=threads, context_size=2048,
+                         max_tokens=n_gen, ignore_eos=True)
+    ids = (stream.session.tokenize(PROMPT * 200))[:n_prompt]
+    load = time.perf_counter() - t0
+    stamps = []
+    t_start = time.perf_counter()
+    stream.prefill(ids)
+    t_prefill = time.perf_counter()
+    session = stream.session
+    for _ in range(n_gen):
+        step = session.next(1)
+        stamps.append(time.perf_counter())
+        if step.final:
+            break
+    stream.close()
+    return _result(load, t_start, t_prefill, stamps, n_prompt)
+
+
+def run_minimal(bundle: Path, n_prompt: int, n_gen: int, threads: int) -> dict[str, Any]:
+    import ctypes
+
+    import llama_cpp as lc
+
+    quiet = lc.llama_log_callback(lambda *a: None)  # keep a reference while llama.cpp runs
+    lc.llama_log_set(quiet, ctypes.c_void_p(0))
+    t0 = time.perf_counter()
+    lc.llama_backend_init()
+    mp = lc.llama_model_default_params()
+    model = lc.llama_model_load_from_file(str(_gguf(bundle)).encode(), mp)
+    cp = lc.llama_context_default_params()
+    cp.n_ctx, cp.n_batch, cp.n_ubatch = 2048, 512, 512
+    cp.n_threads = cp.n_threads_batch = threads
+    cp.no_perf = True
+    ctx = lc.llama_init_from_model(model, cp)
+    vocab = lc.llama_model_get_vocab(model)
+    text = (PROMPT * 200).encode()
+    buf = (lc.llama_token * (len(text) + 8))()
+    n = lc.llama_tokenize(vocab, text, len(text), buf, len(buf), True, True)
+    ids = list(buf[:n])[:n_prompt]
+    smpl = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
+    lc.llama_sampler_chain_add(smpl, lc.llama_sampler_init_greedy())
+    batch = lc.llama_batch_init(512, 0, 1)
+    load = time.perf_counter() - t0
+    t_start = time.perf_counter()
+    for off in range(0, len(ids), 512):
+        chunk = ids[off:off + 512]
+        for i, tok in enumerate(chunk):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i] = tok, off + i, 1
+            batch.seq_id[i][0], batch.logits[i] = 0, 0
+        batch.logits[len(chunk) - 1] = 1
+        batch.n_tokens = len(chunk)
+        assert lc.llama_decode(ctx, batch) == 0
+    t_prefill = time.perf_counter()
+    one = lc.llama_batch_init(1, 0, 1)
+    one.n_tokens, one.n_seq_id[0], one.logits[0] = 1, 1, 1
+    one.seq_id[0][0] = 0
+    pos = len(ids)
+    stamps = []
+    tok = lc.llama_sampler_sample(smpl, ctx, -1)
+    stamps.append(time.perf_counter())
+    for _ in range(n_gen - 1):
+        one.token[0], one.pos[0] = tok, pos
+        pos += 1
+        assert lc.llama_decode(ctx, one) == 0
+        tok = lc.llama_sampler_sample(smpl, ctx, -1)
+        stamps.append(time.perf_counter())
+    return _result(load, t_start, t_prefill, stamps, len(ids))
+
+
+def run_highlevel(bundle: Path, n_prompt: int, n_gen: int, threads: int) -> dict[str, Any]:
+    import llama_cpp as lc
+
+    t0 = time.perf_counter()
+    llm = lc.Llama(str(_gguf(bundle)), n_ctx=2048, n_batch=512, n_threads=threads,
+                   verbose=False)
+    ids = llm.tokenize((PROMPT * 200).encode())[:n_prompt]
+    load = time.perf_counter() - t0
+    stamps = []
+    t_start = time.perf_counter()
+    for _ in llm.create_completion(ids, max_tokens=n_gen, temperature=0.0, stream=True,
+                                   logit_bias=None):
+        stamps.append(time.perf_counter())
+    # the first chunk arrives after the prefill: treat its arrival as both
+    return _result(load, t_start, None, stamps, len(ids))
+
+
+def _result(load: float, t_start: float, t_prefill: float | None, stamps: list[float],
+            n_prompt: int) -> dict[str, Any]:
+    first = stamps[0]
+    gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    decode = (len(stamps) - 1) / (stamps[-1] - first) if len(stamps) > 1 else 0.0
+    buckets = {}
+    for lo in range(0, len(gaps), 64):
+        chunk = gaps[lo:lo + 64]
+        buckets[f"{lo + 1}-{lo + len(chunk)}"] = len(chunk) / sum(chunk)
+    return {
+        "load_s": load,
+        "ttft_s": first - t_start,
+        "prefill_s": (t_prefill - t_start) if t_prefill else None,
+        "prefill_tps": n_prompt / (t_prefill - t_start) if t_prefill else None,
+        "decode_tps": decode,
+        "tokens": len(stamps),
+        "per_position_tps": buckets,
+        "peak_rss_mb": _rss_mb(),
+    }
+
+
+WORKERS = {"seam": run_seam, "minimal": run_minimal, "highlevel": run_highlevel}
+
+
+# ---------------------------------------------------------------------------- driver
+
+
+def _spawn(contender: str, bundle: Path, n_prompt: int, n_gen: int, threads: int
+           ) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, __file__, "--worker", contender, "--bundle", str(bundle),
+         "--prompt-tokens", str(n_prompt), "--gen", str(n_gen), "--threads", str(threads)],
+        capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "0"})
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def summarize(runs: list[dict[str, Any]], key: str) -> dict[str, float] | None:
+    values = [r[key] for r in runs if r.get(key) is not None]
+    if not values:
+        return None
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def bench(models: list[str], repeat: int, n_prompt: int, n_gen: int, threads: int,
+          contenders: tuple[str, ...] = CONTENDERS) -> dict[str, Any]:
+    """Run every contender on every model, interleaved; return the summary."""
+    report: dict[str, Any] = {"threads": threads, "repeat": repeat, "prompt_tokens": n_prompt,
+                              "gen_tokens": n_gen, "models": {}}
+    for name in models:
+        bundle = model_bundle(name)
+        runs: dict[str, list[dict[str, Any]]] = {c: [] for c in contenders}
+        for _ in range(repeat):
+            for c in contenders:
+                runs[c].append(_spawn(c, bundle, n_prompt, n_gen, threads))
+                print(".", end="", file=sys.stderr, flush=True)
+        rows = {}
+        for c in contenders:
+            rows[c] = {k: summarize(runs[c], k) for k in
+                       ("load_s", "ttft_s", "prefill_s", "prefill_tps", "decode_tps",
+                        "peak_rss_mb")}
+            rows[c]["per_position_tps"] = runs[c][-1]["per_position_tps"]
+        base = rows["minimal"]["decode_tps"]["median"] if "minimal" in rows else None
+        for c in contenders:
+            if base:
+                rows[c]["decode_ratio_vs_minimal"] = rows[c]["decode_tps"]["median"] / base
+        if "seam" in rows and rows["seam"]["prefill_s"]:
+            rows["seam"]["ttft_minus_prefill_ms"] = 1000 * (
+                rows["seam"]["ttft_s"]["median"] - rows["seam"]["prefill_s"]["median"])
+        report["models"][name] = rows
+    print(file=sys.stderr)
+    return report
+
+
+def print_table(report: dict[str, Any]) -> None:
+    """Human-readable table of :func:`bench`'s report."""
+    print(f"threads={report['threads']} repeat={report['repeat']} "
+          f"prompt={report['prompt_tokens']} gen={report['gen_tokens']}")
+    for model, rows in report["models"].items():
+        print(f"\n{model}")
+        print(f"  {'contender':<10} {'decode tok/s (min-max)':>26} {'ratio':>6} "
+              f"{'ttft ms':>8} {'prefill tok/s':>13} {'load s':>7} {'RSS MB':>7}")
+        for c, r in rows.items():
+            d = r["decode_tps"]
+            pf = r["prefill_tps"]["median"] if r["prefill_tps"] else float("nan")
+            print(f"  {c:<10} {d['median']:>10.1f} ({d['min']:>6.1f}-{d['max']:>6.1f}) "
+                  f"{r.get('decode_ratio_vs_minimal', float('nan')):>6.3f} "
+                  f"{1000 * r['ttft_s']['median']:>8.1f} {pf:>13.1f} "
+                  f"{r['load_s']['median']:>7.2f} {r['peak_rss_mb']['median']:>7.0f}")
+        seam = rows.get("seam", {})
+        if "ttft_minus_prefill_ms" in seam:
+            print(f"  seam: first token {seam['ttft_minus_prefill_ms']:.2f} ms after prefill")
+            pos = seam["per_position_tps"]
+            print("  seam decode tok/s by position: " +
+                  ", ".join(f"{k}: {v:.0f}" for k, v in pos.items()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="tiny,q4_0")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--prompt-tokens", type=int, default=128)
+    ap.add_argument("--gen", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--worker", choices=CONTENDERS, help=argparse.SUPPRESS)
+    ap.add_argument("--bundle", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        result = WORKERS[args.worker](args.bundle, args.prompt_tokens, args.gen, args.threads)
+        print(json.dumps(result))
+        return 0
+    report = bench(args.models.split(","), args.repeat, args.prompt_tokens, args.gen,
+                   args.threads)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print_table(report)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
