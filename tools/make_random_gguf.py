@@ -121,8 +121,12 @@ def write_f16(path: Path, shape: Shape, seed: int = 0) -> None:
 
 def quantize(src: Path, dst: Path, qtype: str, threads: int = 2) -> None:
     """Quantize a GGUF with llama.cpp's own quantizer."""
+    import ctypes
+
     import llama_cpp as lc
 
+    quiet = lc.llama_log_callback(lambda *a: None)  # referenced until quantization returns
+    lc.llama_log_set(quiet, ctypes.c_void_p(0))
     params = lc.llama_model_quantize_default_params()
     params.ftype = QUANT_TYPES[qtype]
     params.nthread = threads

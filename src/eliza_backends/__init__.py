@@ -15,6 +15,7 @@ from __future__ import annotations
 from .backend import Availability, Capabilities, Decoded, Factory, Session, Step
 from .bundle import BundleManifest, create_bundle, load_manifest, verify_bundle, write_manifest
 from .config import StreamConfig
+from .chat import TemplateError, render_chat
 from .context import InferenceContext
 from .errors import (
     BackendRuntimeError,
@@ -34,7 +35,7 @@ from .errors import (
 from .hookspecs import hookimpl
 from .registry import BackendInfo, Registry, list_backends, plugin_problems
 from .selector import SelectionReport, explain, select
-from .stream import Stream, StreamMetrics, generate, open_stream
+from .stream import Stream, StreamMetrics, generate, generate_chat, open_stream
 
 __version__ = "0.1.0"
 
@@ -63,6 +64,7 @@ __all__ = [
     "Status",
     "Step",
     "Stream",
+    "TemplateError",
     "StreamConfig",
     "StreamMetrics",
     "UnsupportedOperationError",
@@ -70,11 +72,13 @@ __all__ = [
     "create_bundle",
     "explain",
     "generate",
+    "generate_chat",
     "hookimpl",
     "list_backends",
     "load_manifest",
     "open_stream",
     "plugin_problems",
+    "render_chat",
     "select",
     "verify_bundle",
     "write_manifest",

@@ -179,6 +179,16 @@ class Session(ABC):
         """The token ``tokenize(..., add_special=True)`` prepends, if any."""
         return None
 
+    @property
+    def chat_template(self) -> str | None:
+        """The model's own jinja chat template, if its artifact ships one."""
+        return None
+
+    @property
+    def template_tokens(self) -> dict[str, str]:
+        """Special-token texts a chat template may use (``bos_token``, ``eos_token``)."""
+        return {}
+
     @abstractmethod
     def _prefill(self, token_ids: list[int]) -> None:
         """Append ``token_ids`` after :attr:`history` in the KV cache and leave the logits of
@@ -273,7 +283,8 @@ class Session(ABC):
         if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(
                 max_tokens, int) or max_tokens < 1):
             raise InvalidArgumentError(f"max_tokens must be a positive int, got {max_tokens!r}")
-        with self._consumer("next"):
+        self._enter("next")  # the hot path: no context-manager machinery
+        try:
             if self._finished:
                 return Step((), "", final=True, finish_reason=None)
             if not self._ready:
@@ -284,9 +295,10 @@ class Session(ABC):
             room = self.context_size - len(self._history)
             if room <= 0:
                 return self._finish((), "", 0, 0, "context")
-            n = min(want, budget, room)
-            out = self._decode(n)
+            out = self._decode(min(want, budget, room))
             return self._assemble(out, budget, room)
+        finally:
+            self._lock.release()
 
     def _assemble(self, out: Decoded, budget: int, room: int) -> Step:
         eog = self.eog_token_ids
@@ -477,11 +489,10 @@ class Session(ABC):
                     f"(0..{vocab - 1}); tokenize with this model's own tokenizer")
         return ids
 
-    @contextmanager
-    def _consumer(self, op: str, *, allow_cancelled: bool = False) -> Iterator[None]:
+    def _enter(self, op: str, *, allow_cancelled: bool = False) -> None:
+        """Take the consumer lock and check the session is usable; the caller releases it."""
         if not self._lock.acquire(blocking=False):
-            if self._closed:
-                self._check_open()
+            self._check_open()
             raise SessionBusyError(
                 f"{op}(): another thread is using this session; a session has one consumer "
                 "(open one session per thread)")
@@ -489,6 +500,14 @@ class Session(ABC):
             self._check_open()
             if not allow_cancelled:
                 self._raise_if_cancelled()
+        except BaseException:
+            self._lock.release()
+            raise
+
+    @contextmanager
+    def _consumer(self, op: str, *, allow_cancelled: bool = False) -> Iterator[None]:
+        self._enter(op, allow_cancelled=allow_cancelled)
+        try:
             yield
         finally:
             self._lock.release()

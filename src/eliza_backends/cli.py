@@ -3,6 +3,7 @@
     eliza-backends list [--json]
     eliza-backends select BUNDLE [--backend NAME] [--explain] [--json]
     eliza-backends generate BUNDLE PROMPT [--backend NAME] [--max-tokens N] [sampling flags]
+    eliza-backends chat BUNDLE [--backend NAME] [--system TEXT]
     eliza-backends bundle create OUT ARTIFACT... [--draft ARTIFACT] [--name NAME]
     eliza-backends bundle verify BUNDLE [--no-hash]
 
@@ -118,6 +119,49 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_chat(args: argparse.Namespace) -> int:
+    from .stream import open_stream
+
+    messages: list[dict[str, str]] = []
+    if args.system:
+        messages.append({"role": "system", "content": args.system})
+    interactive = sys.stdin.isatty()
+    with open_stream(args.bundle, backend=args.backend, **_config_from_args(args)) as stream:
+        print(f"[{stream.backend}] chatting with {args.bundle}; /reset to start over, "
+              "/quit or Ctrl-D to leave", file=sys.stderr)
+        while True:
+            if interactive:
+                sys.stdout.write("> ")
+                sys.stdout.flush()
+            line = sys.stdin.readline()
+            if not line:
+                break
+            line = line.rstrip("\n")
+            if line.strip() == "/quit":
+                break
+            if line.strip() == "/reset":
+                messages = messages[:1] if args.system else []
+                stream.reset()
+                print("[conversation reset]", file=sys.stderr)
+                continue
+            if not line.strip():
+                continue
+            messages.append({"role": "user", "content": line})
+            new = stream.prefill_messages(messages)
+            reply = []
+            for step in stream:
+                sys.stdout.write(step.text)
+                sys.stdout.flush()
+                reply.append(step.text)
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            messages.append({"role": "assistant", "content": "".join(reply)})
+            m = stream.metrics
+            ttft = (m.time_to_first_token or 0) * 1000
+            print(f"[prefilled {new} new tokens, first token {ttft:.1f} ms]", file=sys.stderr)
+    return EXIT_OK
+
+
 def cmd_bundle_create(args: argparse.Namespace) -> int:
     from .bundle import create_bundle
 
@@ -176,6 +220,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--option", action="append", metavar="BACKEND:KEY=VALUE",
                    help="a backend option (repeatable), value parsed as JSON when it can be")
     p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("chat", help="a conversation in the terminal, with the model's template")
+    p.add_argument("bundle")
+    p.add_argument("--backend")
+    p.add_argument("--system", help="a system message")
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--context-size", type=int)
+    p.add_argument("--threads", type=int)
+    p.add_argument("--temperature", type=float)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--option", action="append", metavar="BACKEND:KEY=VALUE")
+    p.set_defaults(func=cmd_chat, stop=None)
 
     b = sub.add_parser("bundle", help="create or verify a model bundle")
     bsub = b.add_subparsers(dest="bundle_command", required=True)

@@ -60,6 +60,9 @@ class StreamConfig(BaseModel):
         "text/draft/ artifact for the chosen backend).",
     )
 
+    chat_template: str | None = Field(
+        None, description="Jinja chat template to use instead of the model's own.")
+
     options: Mapping[str, Mapping[str, Any]] = Field(
         default_factory=dict,
         description="Per-backend options keyed by backend name, validated by that backend.",

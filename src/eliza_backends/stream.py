@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .backend import Session, Step
+from .chat import common_prefix, render_chat
 from .config import StreamConfig
 from .context import InferenceContext
 from .errors import InvalidArgumentError, UnsupportedOperationError
@@ -106,6 +107,30 @@ class Stream:
         self.metrics.prefill_seconds += t1 - t0
         self.metrics.turns += 1
         return len(ids)
+
+    def prefill_messages(self, messages: Sequence[Mapping[str, Any]], *,
+                         add_generation_prompt: bool = True) -> int:
+        """Render chat ``messages`` with the model's template (or ``config.chat_template``)
+        and prefill them, reusing every token the session already holds: only the part of the
+        rendered conversation that differs from :attr:`Session.history` is prefilled (the rest
+        is kept with ``reset_keep``). Returns the number of tokens prefilled.
+
+        Pass the whole conversation each turn, including the assistant's earlier replies.
+        """
+        session = self.session
+        template = self.config.chat_template or session.chat_template
+        if not template:
+            raise UnsupportedOperationError(
+                f"the model served by {self.backend} ships no chat template; pass one with "
+                "StreamConfig(chat_template=...) or prefill text yourself")
+        text = render_chat(template, messages, add_generation_prompt=add_generation_prompt,
+                           **session.template_tokens)
+        ids = session.tokenize(text, add_special=False)
+        history = session.history
+        keep = min(common_prefix(history, ids), len(ids) - 1)
+        if keep < len(history):
+            keep = session.reset_keep(keep)
+        return self.prefill(ids[keep:])
 
     def next(self, max_tokens: int | None = None) -> Step:
         """One step: up to ``max_tokens`` tokens (default ``config.tokens_per_step``)."""
@@ -224,6 +249,15 @@ def open_stream(
     return Stream(session, backend=factory.name, context=context, owns_context=owns)
 
 
+def generate_chat(bundle: str | os.PathLike[str] | InferenceContext,
+                  messages: Sequence[Mapping[str, Any]], *, backend: str | None = None,
+                  **config: Any) -> str:
+    """Open a stream, prefill chat ``messages`` with the model's template, return the reply."""
+    with open_stream(bundle, backend=backend, **config) as stream:
+        stream.prefill_messages(messages)
+        return stream.text()
+
+
 def generate(bundle: str | os.PathLike[str] | InferenceContext, prompt: str | Sequence[int], *,
              backend: str | None = None, **config: Any) -> str:
     """Open a stream, prefill ``prompt``, return the generated text, close the stream."""
@@ -232,4 +266,5 @@ def generate(bundle: str | os.PathLike[str] | InferenceContext, prompt: str | Se
         return stream.text()
 
 
-__all__ = ["Stream", "StreamMetrics", "generate", "open_stream"]
+__all__ = ["Stream", "StreamMetrics", "check_capabilities", "generate", "generate_chat",
+           "open_stream"]

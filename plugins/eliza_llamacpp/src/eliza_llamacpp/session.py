@@ -80,6 +80,7 @@ class LoadedModel:
     add_bos: bool
     eog: frozenset[int]
     chat_template: str | None
+    template_tokens: dict[str, str]
     _pieces: list[bytes | None] = field(default_factory=list)
     _fingerprint: str | None = None
 
@@ -118,11 +119,16 @@ def load_model(path: Path, options: LlamaCppOptions) -> LoadedModel:
     n_vocab = lc.llama_vocab_n_tokens(vocab)
     eog = frozenset(t for t in range(n_vocab) if lc.llama_vocab_is_eog(vocab, t))
     bos = lc.llama_vocab_bos(vocab)
+    eos = lc.llama_vocab_eos(vocab)
     template = lc.llama_model_chat_template(ptr, None)
+    template_tokens = {
+        key: lc.llama_vocab_get_text(vocab, tok).decode("utf-8", "replace")
+        for key, tok in (("bos_token", bos), ("eos_token", eos)) if 0 <= tok < n_vocab}
     return LoadedModel(
         path=path, ptr=ptr, vocab=vocab, n_vocab=n_vocab, bos=bos if bos >= 0 else None,
         add_bos=bool(lc.llama_vocab_get_add_bos(vocab)), eog=eog,
         chat_template=template.decode("utf-8") if template else None,
+        template_tokens=template_tokens,
         _pieces=[None] * n_vocab)
 
 
@@ -210,6 +216,10 @@ class LlamaCppSession(Session):
     def chat_template(self) -> str | None:
         """The GGUF's ``tokenizer.chat_template``, if it has one."""
         return self._model.chat_template
+
+    @property
+    def template_tokens(self) -> dict[str, str]:
+        return dict(self._model.template_tokens)
 
     @property
     def capabilities(self) -> Capabilities:
