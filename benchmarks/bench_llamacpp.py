@@ -53,6 +53,14 @@ def _gguf(bundle: Path) -> Path:
     return sorted((bundle / "text").glob("*.gguf"))[0]
 
 
+def _extra_buffers() -> bool:
+    """The same llama.cpp buffer setting the seam uses on this host (see eliza_llamacpp)."""
+    from eliza_llamacpp import LlamaCppOptions
+    from eliza_llamacpp.session import use_extra_buffers
+
+    return use_extra_buffers(LlamaCppOptions())
+
+
 def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -92,6 +100,7 @@ def run_minimal(bundle: Path, n_prompt: int, n_gen: int, threads: int) -> dict[s
     t0 = time.perf_counter()
     lc.llama_backend_init()
     mp = lc.llama_model_default_params()
+    mp.use_extra_bufts = _extra_buffers()
     model = lc.llama_model_load_from_file(str(_gguf(bundle)).encode(), mp)
     cp = lc.llama_context_default_params()
     cp.n_ctx, cp.n_batch, cp.n_ubatch = 2048, 512, 512
@@ -136,6 +145,15 @@ def run_minimal(bundle: Path, n_prompt: int, n_gen: int, threads: int) -> dict[s
 def run_highlevel(bundle: Path, n_prompt: int, n_gen: int, threads: int) -> dict[str, Any]:
     import llama_cpp as lc
 
+    defaults = lc.llama_model_default_params
+
+    def patched() -> Any:  # the high-level class has no switch for extra buffer types
+        params = defaults()
+        params.use_extra_bufts = _extra_buffers()
+        return params
+
+    lc.llama_model_default_params = patched
+    lc.llama_cpp.llama_model_default_params = patched
     t0 = time.perf_counter()
     llm = lc.Llama(str(_gguf(bundle)), n_ctx=2048, n_batch=512, n_threads=threads,
                    verbose=False)

@@ -149,6 +149,9 @@ class Session(ABC):
         self._finished = False
         self._generated = 0
         self._assembler = TextAssembler(config.stop)
+        # with a drafter, a default step is one speculative round (draft_length + 1 tokens)
+        speculative = config.drafter != "none" and config.tokens_per_step == 1
+        self._default_step = config.draft_length + 1 if speculative else config.tokens_per_step
         if context is not None:
             context.track(self)
 
@@ -274,7 +277,8 @@ class Session(ABC):
             self._assembler = TextAssembler(self.config.stop)
 
     def next(self, max_tokens: int | None = None) -> Step:
-        """Generate up to ``max_tokens`` tokens (default ``config.tokens_per_step``).
+        """Generate up to ``max_tokens`` tokens (default ``config.tokens_per_step``, or one
+        speculative round, ``draft_length + 1``, when a drafter is on and it is 1).
 
         Returns a final :class:`Step` when an end-of-generation token, a stop string, the
         ``config.max_tokens`` budget or the context window ends the stream; calling again after
@@ -290,7 +294,7 @@ class Session(ABC):
             if not self._ready:
                 raise InvalidArgumentError("call prefill() before next(): there is nothing to "
                                            "continue from")
-            want = max_tokens or self.config.tokens_per_step
+            want = max_tokens or self._default_step
             budget = self.config.max_tokens - self._generated
             room = self.context_size - len(self._history)
             if room <= 0:

@@ -4,6 +4,8 @@
     eliza-backends select BUNDLE [--backend NAME] [--explain] [--json]
     eliza-backends generate BUNDLE PROMPT [--backend NAME] [--max-tokens N] [sampling flags]
     eliza-backends chat BUNDLE [--backend NAME] [--system TEXT]
+    eliza-backends bench BUNDLE [--backend NAME]... [--prompt-tokens N] [--gen-tokens N]
+                         [--repeat N] [--json]
     eliza-backends bundle create OUT ARTIFACT... [--draft ARTIFACT] [--name NAME]
     eliza-backends bundle verify BUNDLE [--no-hash]
 
@@ -162,6 +164,39 @@ def cmd_chat(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import bench
+    from .registry import list_backends
+    from .selector import select
+
+    if args.backend:
+        backends = args.backend
+    else:
+        backends = []
+        for info in list_backends():
+            if not info.available:
+                continue
+            try:
+                select(args.bundle, backend=info.name)
+            except ElizaError:
+                continue
+            backends.append(info.name)
+    if not backends:
+        print("error: no installed backend can serve this bundle", file=sys.stderr)
+        return EXIT_ERROR
+    config = {k: getattr(args, k) for k in ("threads", "context_size", "drafter",
+                                            "draft_length", "tokens_per_step")
+              if getattr(args, k) is not None}
+    report = bench(args.bundle, backends, prompt_tokens=args.prompt_tokens,
+                   gen_tokens=args.gen_tokens, repeat=args.repeat, config=config,
+                   progress=None if args.json else sys.stderr)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(report.table())
+    return EXIT_ERROR if report.errors and not report.runs else EXIT_OK
+
+
 def cmd_bundle_create(args: argparse.Namespace) -> int:
     from .bundle import create_bundle
 
@@ -232,6 +267,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int)
     p.add_argument("--option", action="append", metavar="BACKEND:KEY=VALUE")
     p.set_defaults(func=cmd_chat, stop=None)
+
+    p = sub.add_parser("bench", help="measure backends on a bundle, each run in a fresh process")
+    p.add_argument("bundle")
+    p.add_argument("--backend", action="append", help="backend to measure (repeatable; "
+                   "default: every available backend that can serve the bundle)")
+    p.add_argument("--prompt-tokens", type=int, default=128)
+    p.add_argument("--gen-tokens", type=int, default=128)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--threads", type=int)
+    p.add_argument("--context-size", type=int)
+    p.add_argument("--drafter", choices=["none", "ngram", "model"])
+    p.add_argument("--draft-length", type=int)
+    p.add_argument("--tokens-per-step", type=int)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_bench)
 
     b = sub.add_parser("bundle", help="create or verify a model bundle")
     bsub = b.add_subparsers(dest="bundle_command", required=True)

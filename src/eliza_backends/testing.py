@@ -38,6 +38,7 @@ from .backend import Capabilities, Factory, Session, Step
 from .config import StreamConfig
 from .context import InferenceContext
 from .errors import (
+    BundleError,
     CancelledError,
     ContextFullError,
     InvalidArgumentError,
@@ -452,6 +453,29 @@ class BackendConformance:
         with_bos = session.tokenize(text, add_special=True)
         if session.bos_token_id is not None:
             assert with_bos[0] == session.bos_token_id
+
+    def test_drafters_keep_greedy_output(self, open_session: Any, prompt: list[int]) -> None:
+        with open_session() as probe:
+            drafters = sorted(probe.capabilities.drafters - {"none"})
+        if not drafters:
+            pytest.skip("capabilities.drafters offers no speculative drafter")
+        repeat = prompt + prompt[1:] + prompt[1:]  # something for prompt lookup to find
+        with open_session(ignore_eos=True, max_tokens=24) as plain:
+            plain.prefill(repeat)
+            expected = generated_tokens(run_to_end(plain))
+        for kind in drafters:
+            try:
+                s = open_session(ignore_eos=True, max_tokens=24, drafter=kind, draft_length=4)
+            except BundleError as exc:
+                assert kind == "model", exc
+                continue  # no draft artifact in this bundle: nothing to check for "model"
+            with s:
+                s.prefill(repeat)
+                steps = run_to_end(s)
+                assert generated_tokens(steps) == expected, kind
+                for st in steps:
+                    assert 0 <= st.accepted <= st.drafted
+                assert sum(st.drafted for st in steps) > 0, kind
 
     def test_sampling_is_seeded(self, open_session: Any, prompt: list[int]) -> None:
         with open_session() as probe:

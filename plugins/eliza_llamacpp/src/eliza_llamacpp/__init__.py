@@ -36,6 +36,10 @@ class LlamaCppOptions(BaseModel):
     n_gpu_layers: int = Field(0, ge=-1, description="Layers to offload to a GPU build; -1 = all.")
     use_mmap: bool = Field(True, description="Map the weights instead of reading them.")
     n_ubatch: int | None = Field(None, ge=1, description="Physical batch size (default: batch).")
+    extra_buffers: bool | None = Field(
+        None, description="llama.cpp's extra CPU buffer types (AMX / repacked weights). Default: "
+        "on, except on CPUs with AMX, where llama-cpp-python 0.3.36's AMX matmul segfaults on "
+        "Q4_0 weights.")
 
 
 class LlamaCppFactory(Factory):
@@ -72,11 +76,14 @@ class LlamaCppFactory(Factory):
         return "the default and fallback (rank 0)"
 
     def open(self, context: InferenceContext, config: StreamConfig) -> Session:
+        from .draft import resolve_draft
         from .session import open_session
 
         options: LlamaCppOptions = self.parse_options(config)
         path = self.artifact(context.bundle_dir, name=options.artifact)
-        return open_session(context, config, options, path)
+        draft = resolve_draft(context.bundle_dir, config, self.artifact) \
+            if config.drafter == "model" else None
+        return open_session(context, config, options, path, draft)
 
 
 @hookimpl

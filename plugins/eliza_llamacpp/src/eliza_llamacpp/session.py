@@ -30,8 +30,10 @@ from eliza_backends import (
     Session,
     SlotError,
     StreamConfig,
+    UnsupportedOperationError,
 )
 from eliza_backends.slots import fingerprint_artifact
+from eliza_backends.speculative import Drafter, NgramDrafter, accept_greedy
 
 from . import LlamaCppOptions
 from .gguf_header import check_gguf
@@ -110,7 +112,8 @@ def load_model(path: Path, options: LlamaCppOptions) -> LoadedModel:
     _init_backend()
     params = lc.llama_model_default_params()
     params.n_gpu_layers = options.n_gpu_layers
-    params.use_mmap = options.use_mmap
+    params.load_mode = lc.LLAMA_LOAD_MODE_MMAP if options.use_mmap else lc.LLAMA_LOAD_MODE_NONE
+    params.use_extra_bufts = use_extra_buffers(options)
     ptr = lc.llama_model_load_from_file(str(path).encode(), params)
     if not ptr:
         raise BundleError(f"llama.cpp could not load {path} (unsupported architecture or "
@@ -132,17 +135,44 @@ def load_model(path: Path, options: LlamaCppOptions) -> LoadedModel:
         _pieces=[None] * n_vocab)
 
 
+def host_has_amx() -> bool:
+    """True on x86 CPUs that report AMX (read from /proc/cpuinfo; False where unreadable)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            return any(line.startswith("flags") and " amx_int8" in line for line in f)
+    except OSError:
+        return False
+
+
+def use_extra_buffers(options: LlamaCppOptions) -> bool:
+    """The ``extra_buffers`` option, resolved for this host (see LlamaCppOptions)."""
+    return options.extra_buffers if options.extra_buffers is not None else not host_has_amx()
+
+
 def free_model(model: LoadedModel) -> None:
     """Release the weights (the context calls this after its sessions are closed)."""
     lc.llama_model_free(model.ptr)
 
 
 def open_session(context: InferenceContext, config: StreamConfig, options: LlamaCppOptions,
-                 path: Path) -> LlamaCppSession:
+                 path: Path, draft_path: Path | None = None) -> LlamaCppSession:
     """Load (or reuse) the model on ``context`` and open a session on it."""
-    key = ("llama.cpp", str(path), options.n_gpu_layers, options.use_mmap)
+    if config.drafter != "none" and (not config.greedy or config.repeat_penalty != 1.0):
+        raise UnsupportedOperationError(
+            "llama.cpp speculative decoding is greedy-only here: use temperature=0 and "
+            "repeat_penalty=1 with a drafter, or drafter='none' to sample")
+    key = ("llama.cpp", str(path), options.n_gpu_layers, options.use_mmap,
+           use_extra_buffers(options))
     model = context.shared(key, lambda: load_model(path, options), free_model)
-    return LlamaCppSession(model, config, options, context)
+    drafter: Drafter | None = None
+    if config.drafter == "ngram":
+        drafter = NgramDrafter(max_n=config.ngram_size)
+    elif draft_path is not None:
+        from .draft import open_draft
+
+        drafter = open_draft(context, config, options, draft_path, model.n_vocab,
+                             config.threads or _default_threads())
+    return LlamaCppSession(model, config, options, context, drafter)
 
 
 def _default_threads() -> int:
@@ -158,8 +188,9 @@ class LlamaCppSession(Session):
     backend_name = "llama.cpp"
 
     def __init__(self, model: LoadedModel, config: StreamConfig, options: LlamaCppOptions,
-                 context: InferenceContext | None) -> None:
+                 context: InferenceContext | None, drafter: Drafter | None = None) -> None:
         self._model = model
+        self._drafter = drafter
         self._ctx: Any = None
         self._sampler: Any = None
         self._batch: Any = None
@@ -224,7 +255,8 @@ class LlamaCppSession(Session):
     @property
     def capabilities(self) -> Capabilities:
         return Capabilities(token_input=True, prefix_reuse=True, slots=True,
-                            cancel_prefill=True, sampling=True)
+                            cancel_prefill=True, sampling=True,
+                            drafters=frozenset({"none", "ngram", "model"}))
 
     # ------------------------------------------------------------------ hooks
 
@@ -289,6 +321,8 @@ class LlamaCppSession(Session):
                                   + (" (no KV slot: context full)" if status == 1 else ""))
 
     def _decode(self, max_tokens: int) -> Decoded:
+        if self._drafter is not None and self._pending:
+            return self._decode_speculative(max_tokens)
         out: list[int] = []
         ctx, smpl, one, eog = self._ctx, self._sampler, self._one, self._model.eog
         stop_at_eog = not self.config.ignore_eos
@@ -312,13 +346,65 @@ class LlamaCppSession(Session):
                 break
         return Decoded(out)
 
+    def _decode_speculative(self, max_tokens: int) -> Decoded:
+        """Rounds of: draft k tokens, verify [pending, d1..dk] in one batch, keep the agreeing
+        prefix plus the target's next token, roll the KV cache back past the rest."""
+        assert self._drafter is not None
+        ctx, smpl, eog = self._ctx, self._sampler, self._model.eog
+        stop_at_eog = not self.config.ignore_eos
+        seq = list(self._history)  # ends with the pending token
+        out: list[int] = []
+        drafted = accepted = 0
+
+        def target(i: int) -> int:
+            tok: int = lc.llama_sampler_sample(smpl, ctx, i)
+            return tok
+
+        def is_end(tok: int) -> bool:
+            return stop_at_eog and tok in eog
+
+        while len(out) < max_tokens:
+            self._raise_if_cancelled()
+            k = min(self.config.draft_length, max_tokens - len(out) - 1, self._n_batch - 1)
+            drafts = self._drafter.propose(seq, k) if k > 0 else []
+            batch = self._batch
+            tokens = [self._pending[0], *drafts]
+            for i, tok in enumerate(tokens):
+                batch.token[i] = tok
+                batch.pos[i] = self._n_kv + i
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = 0
+                batch.logits[i] = 1
+            batch.n_tokens = len(tokens)
+            status = lc.llama_decode(ctx, batch)
+            if status:
+                lc.llama_memory_seq_rm(self._mem, 0, self._n_kv, -1)
+                self._check_decode(status)
+            produced, n_ok = accept_greedy(drafts, target, is_end)
+            keep = self._n_kv + len(produced)  # the pending token + every produced but the last
+            if len(drafts) >= len(produced):
+                lc.llama_memory_seq_rm(self._mem, 0, keep, -1)
+            self._n_kv = keep
+            self._pending = [produced[-1]]
+            out.extend(produced)
+            seq.extend(produced)
+            drafted += len(drafts)
+            accepted += n_ok
+            if is_end(produced[-1]):
+                break
+        return Decoded(out, drafted, accepted)
+
     def _reset(self) -> None:
+        if self._drafter is not None:
+            self._drafter.truncate(0)
         lc.llama_memory_clear(self._mem, True)
         lc.llama_sampler_reset(self._sampler)
         self._n_kv = 0
         self._pending = []
 
     def _truncate(self, n_keep: int) -> bool:
+        if self._drafter is not None:
+            self._drafter.truncate(n_keep)
         if n_keep < self._n_kv:
             if not lc.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
                 return False
@@ -372,6 +458,8 @@ class LlamaCppSession(Session):
             raise SlotError("llama.cpp refused the saved state (a different context size or "
                             "model configuration?); prefill again")
         lc.llama_sampler_reset(self._sampler)
+        if self._drafter is not None:
+            self._drafter.truncate(0)
         self._n_kv = n_kv
         self._pending = list(tokens[n_kv:])
         if not self._pending:  # logits of the last token are not saved: recompute them
@@ -382,6 +470,9 @@ class LlamaCppSession(Session):
     # ------------------------------------------------------------------ teardown
 
     def _close(self) -> None:
+        if self._drafter is not None:
+            self._drafter.close()
+            self._drafter = None
         if self._batch is not None:
             lc.llama_batch_free(self._batch)
             lc.llama_batch_free(self._one)

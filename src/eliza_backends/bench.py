@@ -1,0 +1,176 @@
+"""``eliza-backends bench``: measure each backend on a bundle, each run in a fresh process.
+
+For every selected backend and repeat (interleaved: A B A B ...), a worker process opens a
+stream, prefills ``prompt_tokens`` tokens and decodes ``gen_tokens``, and reports: load time
+(open, including the weights), time to first token (prefill start to first token), prefill and
+decode tokens/s, drafter acceptance, and peak RSS of the process. The driver prints medians
+with min-max and can emit JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+PROMPT_TEXT = ("A lighthouse keeper kept a log of every ship that passed the rocks, the hour it "
+               "passed, and the weather that carried it. ")
+METRICS = ("load_s", "ttft_s", "prefill_tps", "decode_tps", "acceptance", "peak_rss_mb")
+
+
+def run_worker(bundle: str, backend: str, prompt_tokens: int, gen_tokens: int,
+               config: dict[str, Any]) -> dict[str, Any]:
+    """One measurement in this process (the driver runs it in a fresh one)."""
+    from .stream import open_stream
+
+    t0 = time.perf_counter()
+    stream = open_stream(bundle, backend=backend, max_tokens=gen_tokens, ignore_eos=True,
+                         **config)
+    load = time.perf_counter() - t0
+    unit = stream.session.tokenize(PROMPT_TEXT, add_special=False)
+    ids = (unit * (prompt_tokens // max(len(unit), 1) + 1))[:prompt_tokens]
+    bos = stream.session.bos_token_id
+    if bos is not None:
+        ids = [bos, *ids[:-1]]
+    with stream:
+        stream.prefill(ids)
+        first = None
+        t_decode = time.perf_counter()
+        n = 0
+        for step in stream:
+            if first is None and step.tokens:
+                first = time.perf_counter()
+            n += len(step.tokens)
+        t_end = time.perf_counter()
+        m = stream.metrics
+        decode_tps = (n - 1) / (t_end - first) if first is not None and n > 1 else 0.0
+        return {
+            "backend": stream.backend, "load_s": load,
+            "ttft_s": m.time_to_first_token, "prefill_tps": m.prefill_tokens_per_second,
+            "decode_tps": decode_tps, "tokens": n, "drafted": m.drafted,
+            "accepted": m.accepted, "acceptance": m.acceptance_rate,
+            "decode_wall_s": t_end - t_decode,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        }
+
+
+@dataclass
+class BenchReport:
+    """Every run, and per-backend summaries (median / min / max of each metric)."""
+
+    bundle: str
+    prompt_tokens: int
+    gen_tokens: int
+    repeat: int
+    config: dict[str, Any]
+    runs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, dict[str, dict[str, float] | None]]:
+        """Per backend and metric: {"median", "min", "max"} (None when never measured)."""
+        out: dict[str, dict[str, dict[str, float] | None]] = {}
+        for backend, runs in self.runs.items():
+            out[backend] = {}
+            for key in METRICS:
+                values = [r[key] for r in runs if r.get(key) is not None]
+                out[backend][key] = {"median": statistics.median(values), "min": min(values),
+                                     "max": max(values)} if values else None
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"bundle": self.bundle, "prompt_tokens": self.prompt_tokens,
+                "gen_tokens": self.gen_tokens, "repeat": self.repeat, "config": self.config,
+                "summary": self.summary(), "runs": self.runs, "errors": self.errors}
+
+    def table(self) -> str:
+        """A plain-text table of the summaries."""
+        def cell(s: dict[str, float] | None, scale: float = 1.0, fmt: str = ".1f") -> str:
+            if s is None:
+                return "-"
+            return (f"{s['median'] * scale:{fmt}} ({s['min'] * scale:{fmt}}-"
+                    f"{s['max'] * scale:{fmt}})")
+
+        head = ["backend", "decode tok/s", "prefill tok/s", "first token ms", "load s",
+                "peak RSS MB", "acceptance"]
+        rows = []
+        for backend, s in self.summary().items():
+            rows.append([backend, cell(s["decode_tps"]), cell(s["prefill_tps"]),
+                         cell(s["ttft_s"], 1000), cell(s["load_s"], 1.0, ".2f"),
+                         cell(s["peak_rss_mb"], 1.0, ".0f"),
+                         cell(s["acceptance"], 100, ".0f") + ("%" if s["acceptance"] else "")])
+        rows += [[b, f"error: {e}", "", "", "", "", ""] for b, e in self.errors.items()]
+        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+        lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip()]
+        lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+                  for r in rows]
+        return "\n".join(lines)
+
+
+def _progress(done: int, total: int, label: str, out: TextIO) -> None:
+    width = 24
+    filled = width * done // total
+    out.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label:<20}")
+    if done == total:
+        out.write("\n")
+    out.flush()
+
+
+def bench(bundle: str, backends: Sequence[str], *, prompt_tokens: int = 128,
+          gen_tokens: int = 128, repeat: int = 3, config: dict[str, Any] | None = None,
+          progress: TextIO | None = sys.stderr, timeout: float = 1800) -> BenchReport:
+    """Measure ``backends`` on ``bundle``, interleaved, each run in a fresh process."""
+    cfg = dict(config or {})
+    report = BenchReport(bundle, prompt_tokens, gen_tokens, repeat, cfg)
+    total, done = repeat * len(backends), 0
+    for _ in range(repeat):
+        for backend in backends:
+            if backend in report.errors:
+                done += 1
+                continue
+            if progress is not None:
+                _progress(done, total, backend, progress)
+            args = json.dumps({"bundle": bundle, "backend": backend,
+                               "prompt_tokens": prompt_tokens, "gen_tokens": gen_tokens,
+                               "config": cfg})
+            proc = subprocess.run([sys.executable, "-m", "eliza_backends.bench", args],
+                                  capture_output=True, text=True, timeout=timeout,
+                                  env={**os.environ, "PYTHONHASHSEED": "0"})
+            lines = proc.stdout.strip().splitlines()
+            if proc.returncode != 0 or not lines:
+                err = (proc.stderr.strip().splitlines() or ["worker failed"])[-1]
+                report.errors[backend] = err
+            else:
+                report.runs.setdefault(backend, []).append(json.loads(lines[-1]))
+            done += 1
+    if progress is not None:
+        _progress(total, total, "done", progress)
+    return report
+
+
+def _worker_main(argv: Sequence[str]) -> int:
+    from .errors import ElizaError
+
+    spec = json.loads(argv[0])
+    try:
+        result = run_worker(spec["bundle"], spec["backend"], spec["prompt_tokens"],
+                            spec["gen_tokens"], spec["config"])
+    except ElizaError as exc:
+        print(f"{exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_worker_main(sys.argv[1:]))
+
+
+__all__ = ["BenchReport", "bench", "run_worker"]
