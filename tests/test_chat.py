@@ -47,8 +47,14 @@ HOSTILE = {
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 def test_hostile_templates_are_stopped(name: str) -> None:
-    with pytest.raises(TemplateError):
-        render_chat(HOSTILE[name], MSGS)
+    """Either the sandbox refuses (TemplateError) or the forbidden value renders as nothing:
+    internals never reach the output."""
+    try:
+        out = render_chat(HOSTILE[name], MSGS)
+    except TemplateError:
+        return
+    assert name in ("globals", "cycler")  # unsafe attributes render as undefined
+    assert out.strip() == ""
 
 
 def test_sandbox_allows_ordinary_templates() -> None:
@@ -95,17 +101,19 @@ def test_three_turns_prefill_only_new_tokens() -> None:
 
 
 def test_chat_reply_ends_at_end_of_turn() -> None:
-    reply_steps = []
+    case = next(c for c in ORACLE["prompts"] if c["name"] == "chat_math")
+    stop = case["first_stop_index"]
     with open_stream(TINY_BUNDLE, backend="llama.cpp", threads=1, max_tokens=64) as stream:
-        stream.prefill_messages([{"role": "user", "content": "Who are you?"}])
-        reply_steps = list(stream)
-    assert reply_steps[-1].finish_reason == "eos"
-    assert reply_steps[-1].tokens[-1] == ORACLE["tokenizer"]["end_id"]
-    assert "<|end|>" not in "".join(s.text for s in reply_steps)
+        stream.prefill_messages([{"role": "user", "content": "What is two plus two?"}])
+        assert stream.session.history == tuple(case["prompt_ids"])
+        steps = list(stream)
+    assert steps[-1].finish_reason == "eos"
+    assert [t for st in steps for t in st.tokens] == case["continuation_ids"][: stop + 1]
+    assert "".join(st.text for st in steps) == case["text_until_stop"]
 
 
 def test_generate_chat_one_call() -> None:
-    reply = generate_chat(TINY_BUNDLE, [{"role": "user", "content": "Who are you?"}],
+    reply = generate_chat(TINY_BUNDLE, [{"role": "user", "content": "What is two plus two?"}],
                           backend="llama.cpp", threads=1, max_tokens=64)
     assert reply.strip()
 
