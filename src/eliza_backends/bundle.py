@@ -191,7 +191,7 @@ def load_manifest(bundle_dir: str | os.PathLike[str]) -> BundleManifest:
         raise BundleError(f"{path} is {len(raw)} bytes; a manifest is at most 16 MiB")
     try:
         data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise BundleError(f"{path} is not valid JSON ({exc}); regenerate it with "
                           "`eliza-backends bundle create`") from None
     try:

@@ -126,7 +126,7 @@ def read_slot(
         raise SlotError(f"{source} is truncated or corrupted (header length {head_len})")
     try:
         header = SlotHeader.model_validate(json.loads(body[:head_len]))
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         detail = describe_validation_error(exc, "slot header") if isinstance(
             exc, ValidationError) else str(exc)
         raise SlotError(f"{source} has a corrupted header: {detail}") from None
