@@ -21,12 +21,14 @@ import importlib.metadata
 import importlib.util
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from eliza_backends import (
     Availability,
+    BackendRuntimeError,
     BackendSelectionError,
     Factory,
     InferenceContext,
@@ -35,16 +37,16 @@ from eliza_backends import (
     hookimpl,
 )
 
-from .ladder import ACCELERATOR_ENV, RUNG_NAMES, LadderResult, real_host, resolve
+from .ladder import ACCELERATOR_ENV, LADDER, RUNG_NAMES, LadderResult, real_host, resolve
 
 __version__ = "0.1.0"
 
-#: Measured on the tiny bundle, 2-core x86_64 CPU host (benchmarks/bench_litert.py and the
-#: rank evidence in the README): decode tok/s of the token-exact interpreter session and of
-#: llama.cpp through the seam. Used for the CPU rung's rank reason.
-CPU_EVIDENCE = "tiny bundle, 1 thread, 2-core x86_64: LiteRT interpreter ~{lt} tok/s vs " \
-    "llama.cpp ~{ll} tok/s decode"
-CPU_MEASURED = {"lt": "1.1k", "ll": "3.9k"}
+#: Measured with benchmarks/bench_litert.py on the tiny bundle (1 thread, 2-core x86_64 CPU
+#: host, medians of interleaved runs; see the README): decode tok/s of the token-exact
+#: interpreter session and of llama.cpp, both through the seam. The CPU rung's rank reason.
+CPU_EVIDENCE = ("measured decode on the tiny bundle, 1 thread, x86_64: LiteRT 0.33-0.58x "
+                "llama.cpp's tok/s (interpreter, compiled model and engine), "
+                "benchmarks/bench_litert.py")
 #: Rank on the CPU rung: below llama.cpp (0), because LiteRT measured slower there.
 CPU_RANK = -10
 
@@ -57,10 +59,15 @@ class LiteRTOptions(BaseModel):
     session: Literal["auto", "interpreter", "engine"] = Field(
         "auto", description="interpreter (token-exact), engine (litert_lm.Engine), or auto: "
         "interpreter on the CPU rung, engine on an NPU/GPU rung.")
+    runtime: Literal["interpreter", "compiled"] = Field(
+        "interpreter", description="Token-exact session runtime: the ai-edge-litert Interpreter "
+        "(KV cache in numpy, copied through each call; CPU) or the CompiledModel (KV cache in "
+        "TensorBuffers updated in place; runs on the ladder's rung).")
     artifact: str | None = Field(None, description="File name under text/ (default: first "
                                  ".litertlm, else first .tflite).")
-    accelerator: str | None = Field(None, description=f"Force a ladder rung ({', '.join(RUNG_NAMES)}"
-                                    f"); overrides {ACCELERATOR_ENV}. Absent = loud error.")
+    accelerator: str | None = Field(
+        None, description=f"Force a ladder rung ({', '.join(RUNG_NAMES)}); overrides "
+        f"{ACCELERATOR_ENV}. Absent = loud error.")
     cache_dir: str | None = Field(None, description="Engine cache dir (must exist); default: a "
                                   "temporary dir owned by the inference context.")
 
@@ -140,9 +147,10 @@ class LiteRTFactory(Factory):
         if ladder.chosen is None:
             return ladder.error or "no accelerator rung"
         if ladder.chosen.name == "cpu":
-            return (f"CPU rung only ({ladder.summary()}); LiteRT is slower than llama.cpp on "
-                    f"CPU ({CPU_EVIDENCE.format(**CPU_MEASURED)}), so it ranks "
-                    f"{CPU_RANK}, below llama.cpp")
+            skipped = "; ".join(f"{r.name}: {p.reason.split(' (')[0]}"
+                                for r, p in ladder.skipped)
+            return (f"CPU rung [{skipped or 'forced'}]; LiteRT is slower than llama.cpp on CPU "
+                    f"({CPU_EVIDENCE}), so it ranks {CPU_RANK}, below llama.cpp")
         return (f"{ladder.chosen.label} rung: rank {ladder.chosen.rank}, above llama.cpp "
                 f"({ladder.summary()})")
 
@@ -159,6 +167,10 @@ class LiteRTFactory(Factory):
             kind = "interpreter" if ladder.chosen.name == "cpu" else "engine"
         path = self.artifact(context.bundle_dir, name=options.artifact)
         if kind == "engine":
+            if importlib.util.find_spec("litert_lm") is None:
+                raise BackendSelectionError(
+                    "the engine session needs litert-lm-api: pip install 'eliza-backends[litert]'"
+                    " (or use session='interpreter')")
             if path.suffix.lower() != ".litertlm":
                 litertlm = [p for p in self._artifacts(context) if p.suffix == ".litertlm"]
                 if not litertlm:
@@ -168,12 +180,24 @@ class LiteRTFactory(Factory):
                 path = litertlm[0]
             from .engine_session import open_engine_session
 
-            return open_engine_session(context, config, options, path, ladder.chosen)
+            # the probes only saw files; if the engine cannot start on a rung that was not
+            # forced, walk on down the ladder (the CPU rung always probes true)
+            rungs = [ladder.chosen] if ladder.forced_by else [ladder.chosen] + [
+                r for r in LADDER[LADDER.index(ladder.chosen) + 1:]
+                if ladder.probes.get(r.name, r.probe(real_host(self._env()))).ok]
+            failures: list[str] = []
+            for rung in rungs:
+                try:
+                    return open_engine_session(context, config, options, path, rung)
+                except BackendRuntimeError as exc:
+                    failures.append(f"{rung.name}: {exc.message}")
+            raise BackendRuntimeError("LiteRT-LM could not start on any usable rung: "
+                                      + "; ".join(failures))
         from .session import open_session
 
         return open_session(context, config, options, path, ladder.chosen)
 
-    def _artifacts(self, context: InferenceContext) -> list[os.PathLike[str]]:
+    def _artifacts(self, context: InferenceContext) -> list[Path]:
         from eliza_backends.bundle import find_artifacts
 
         return list(find_artifacts(context.bundle_dir, self.formats))

@@ -307,7 +307,7 @@ def _fields(buf: bytes, path: Path) -> list[tuple[int, int, int | bytes]]:
 def _token_union(buf: bytes, path: Path) -> tuple[tuple[int, ...], str | None]:
     ids: list[int] = []
     text: str | None = None
-    for num, wire, value in _fields(buf, path):
+    for num, _wire, value in _fields(buf, path):
         if num == 1 and isinstance(value, bytes):  # TokenIds
             for n2, w2, v2 in _fields(value, path):
                 if n2 != 1:

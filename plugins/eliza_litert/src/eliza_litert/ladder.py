@@ -49,7 +49,7 @@ def _package_dirs(*names: str) -> list[str]:
     """Directories of installed packages, found without importing them."""
     import importlib.util
 
-    dirs = []
+    dirs: list[str] = []
     for name in names:
         try:
             spec = importlib.util.find_spec(name)
@@ -112,15 +112,15 @@ class Rung:
         for group in self.libraries:
             hit = next((p for p in map(host.find_lib, group) if p), None)
             if hit is None:
-                return Probe(False, f"{' or '.join(group)} not found in the library search path "
-                             f"(set {DISPATCH_DIR_ENV} or LD_LIBRARY_PATH)")
+                return Probe(False, f"no {' or '.join(group)} found")
             found.append(hit)
         if self.devices:
             dev = next((m for pattern in self.devices for m in host.glob(pattern)), None)
             if dev is None:
-                return Probe(False, f"no device node ({', '.join(self.devices)})")
+                return Probe(False, f"no GPU device node ({', '.join(self.devices)})")
             found.append(dev)
-        return Probe(True, "found " + ", ".join(found) if found else "always available", tuple(found))
+        why = "found " + ", ".join(found) if found else "always available"
+        return Probe(True, why, tuple(found))
 
 
 #: The ladder, top to bottom. The CPU rung always works.
@@ -177,7 +177,7 @@ class LadderResult:
         if self.forced_by:
             return f"{head} forced by {self.forced_by}"
         skipped = "; ".join(f"{r.name}: {p.reason}" for r, p in self.skipped)
-        return head + (f" [skipped {skipped}]" if skipped else "")
+        return head + (f"; skipped {skipped}" if skipped else "")
 
 
 def resolve(host: Host, *, force: str | None = None, forced_by: str | None = None,

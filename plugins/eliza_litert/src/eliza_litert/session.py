@@ -1,5 +1,7 @@
 """The token-exact LiteRT session: the model's own ``prefill_<N>`` / ``decode`` signatures on
-ai-edge-litert's Interpreter, with the KV cache held in numpy by the session.
+ai-edge-litert's Interpreter, with the KV cache held in numpy by the session (or, with the
+``runtime="compiled"`` option, on ai-edge-litert's CompiledModel with the KV cache in the
+session's TensorBuffers, each passed as both input and output so it is updated in place).
 
 The litert-torch export takes ``tokens``, ``input_pos``, an additive float ``mask`` and per-layer
 ``kv_cache_k_i`` / ``kv_cache_v_i``, and returns the updated caches (``decode`` also ``logits``).
@@ -32,7 +34,6 @@ import numpy as np
 from ai_edge_litert.interpreter import Interpreter  # type: ignore[import-untyped]
 
 from eliza_backends import (
-    BackendRuntimeError,
     BundleError,
     Capabilities,
     Decoded,
@@ -58,8 +59,9 @@ class LoadedModel:
     """One interpreter and what the session needs to know about the model, shared by sessions."""
 
     path: Path
-    interpreter: Any
-    prefill: dict[int, Any]  # exported prefill length -> signature runner
+    runtime: str  # "interpreter" | "compiled"
+    interpreter: Any  # ai-edge-litert Interpreter, or CompiledModel for runtime "compiled"
+    prefill: dict[int, Any]  # exported prefill length -> signature runner (or signature name)
     decode: Any
     cache_specs: dict[str, tuple[tuple[int, ...], Any]]
     cache_len: int
@@ -118,8 +120,49 @@ def _special_ids(tok: HFTokenizer, meta: LlmMetadata) -> tuple[int | None, froze
     return bos, frozenset(eog)
 
 
-def load_model(path: Path, threads: int) -> LoadedModel:
-    """Check the artifact, extract the TFLite model and tokenizer, build the interpreter."""
+def _load_runtime(path: Path, model_bytes: bytes | None, runtime: str, threads: int,
+                  accelerator: str) -> tuple[Any, dict[int, Any], Any, dict[str, Any],
+                                             dict[str, Any]]:
+    """(runtime object, prefill per length, decode, decode inputs, decode outputs); the
+    input/output details map names to ``{"shape": ..., "dtype": ...}``."""
+    if runtime == "compiled":
+        from ai_edge_litert.compiled_model import CompiledModel  # type: ignore[import-untyped]
+        from ai_edge_litert.hardware_accelerator import (  # type: ignore[import-untyped]
+            HardwareAccelerator,
+        )
+        from ai_edge_litert.options import CpuOptions, Options  # type: ignore[import-untyped]
+
+        accel = HardwareAccelerator.CPU
+        if accelerator == "gpu":
+            accel = HardwareAccelerator.GPU | HardwareAccelerator.CPU
+        elif accelerator == "npu":
+            accel = HardwareAccelerator.NPU | HardwareAccelerator.CPU
+        opts = Options(hardware_accelerators=accel, cpu_options=CpuOptions(num_threads=threads))
+        data = model_bytes if model_bytes is not None else path.read_bytes()
+        cm = CompiledModel.from_buffer(data, options=opts)
+        sigs = list(cm.get_signature_list())
+        prefill = {int(n[8:]): n for n in sigs if n.startswith("prefill_") and n[8:].isdigit()}
+        if not prefill or "decode" not in sigs:
+            return cm, prefill, None, {}, {}
+        return (cm, prefill, "decode", cm.get_input_tensor_details("decode"),
+                cm.get_output_tensor_details("decode"))
+    if model_bytes is not None:
+        it = Interpreter(model_content=model_bytes, num_threads=threads)
+    else:
+        it = Interpreter(model_path=str(path), num_threads=threads)
+    sigs = list(it.get_signature_list())
+    prefill = {int(n[8:]): it.get_signature_runner(n) for n in sigs
+               if n.startswith("prefill_") and n[8:].isdigit()}
+    if not prefill or "decode" not in sigs:
+        return it, prefill, None, {}, {}
+    decode = it.get_signature_runner("decode")
+    return it, prefill, decode, decode.get_input_details(), decode.get_output_details()
+
+
+def load_model(path: Path, threads: int, runtime: str = "interpreter",
+               accelerator: str = "cpu") -> LoadedModel:
+    """Check the artifact, extract the TFLite model and tokenizer, build the interpreter (or
+    the compiled model)."""
     meta = LlmMetadata()
     container_json: str | None = None
     if path.suffix.lower() == ".litertlm":
@@ -130,33 +173,31 @@ def load_model(path: Path, threads: int) -> LoadedModel:
     else:
         check_tflite(path)
         model_bytes = None
-    tok = _find_tokenizer(path, container_json)
     try:
-        if model_bytes is not None:
-            it = Interpreter(model_content=model_bytes, num_threads=threads)
-        else:
-            it = Interpreter(model_path=str(path), num_threads=threads)
-        sigs = it.get_signature_list()
+        tok = _find_tokenizer(path, container_json)
+    except BundleError:
+        if path.suffix.lower() == ".litertlm" and container.find("SP_Tokenizer") is not None:
+            raise BundleError(f"{path} carries a SentencePiece tokenizer; this backend reads "
+                              "HF tokenizer.json (HF_Tokenizer_Zlib) only: put a tokenizer.json "
+                              "beside it or rebuild the container with the HF tokenizer") \
+                from None
+        raise
+    try:
+        it, prefill, decode, inputs, outputs = _load_runtime(path, model_bytes, runtime,
+                                                             threads, accelerator)
     except (ValueError, RuntimeError) as exc:
         raise BundleError(f"ai-edge-litert cannot load {path}: {exc}") from None
-    prefill = {}
-    for name in sigs:
-        if name.startswith("prefill_") and name[8:].isdigit():
-            prefill[int(name[8:])] = it.get_signature_runner(name)
-    if not prefill or "decode" not in sigs:
-        raise BundleError(f"{path} has no prefill_<N>/decode signatures (found: "
-                          f"{', '.join(sorted(sigs)) or 'none'}); export it with litert-torch's "
-                          "generative exporter")
-    decode = it.get_signature_runner("decode")
-    inputs = decode.get_input_details()
+    if not prefill or decode is None:
+        raise BundleError(f"{path} has no prefill_<N>/decode signatures; export it with "
+                          "litert-torch's generative exporter")
     need = {"tokens", "input_pos", "mask"}
-    if not need <= set(inputs) or "logits" not in decode.get_output_details():
+    if not need <= set(inputs) or "logits" not in outputs:
         raise BundleError(f"{path}: the decode signature lacks {sorted(need)} inputs or a "
                           "logits output; this backend serves litert-torch exports")
-    cache_specs = {k: (tuple(int(d) for d in v["shape"]), v["dtype"])
+    cache_specs = {k: (tuple(int(d) for d in v["shape"]), np.dtype(v["dtype"]))
                    for k, v in inputs.items() if k.startswith("kv_cache_")}
     cache_len = int(inputs["mask"]["shape"][-1])
-    vocab = int(decode.get_output_details()["logits"]["shape"][-1])
+    vocab = int(outputs["logits"]["shape"][-1])
     if tok.vocab_size > vocab:
         raise BundleError(f"{path}: the tokenizer has {tok.vocab_size} ids but the model's "
                           f"logits have {vocab}; the tokenizer belongs to another model")
@@ -164,10 +205,93 @@ def load_model(path: Path, threads: int) -> LoadedModel:
     keys = np.arange(cache_len)
     masks = np.where(keys[None, :] <= keys[:, None], 0.0,
                      np.finfo(np.float32).min).astype(np.float32)
-    return LoadedModel(path=path, interpreter=it, prefill=prefill, decode=decode,
-                       cache_specs=cache_specs, cache_len=cache_len, vocab_size=vocab,
-                       tokenizer=tok, bos=bos, eog=eog, chat_template=meta.jinja_prompt_template,
-                       masks=masks)
+    return LoadedModel(path=path, runtime=runtime, interpreter=it, prefill=prefill,
+                       decode=decode, cache_specs=cache_specs, cache_len=cache_len,
+                       vocab_size=vocab, tokenizer=tok, bos=bos, eog=eog,
+                       chat_template=meta.jinja_prompt_template, masks=masks)
+
+
+class _NumpyKV:
+    """The KV cache as numpy arrays passed into and out of each Interpreter call."""
+
+    def __init__(self, model: LoadedModel) -> None:
+        self.model = model
+        self.cache = {k: np.zeros(shape, dtype=dt) for k, (shape, dt) in
+                      model.cache_specs.items()}
+
+    def prefill(self, size: int, tokens: Any, positions: Any, mask: Any) -> None:
+        with self.model.lock:
+            self.cache = self.model.prefill[size](tokens=tokens, input_pos=positions, mask=mask,
+                                                  **self.cache)
+
+    def decode(self, tokens: Any, positions: Any, mask: Any) -> Any:
+        with self.model.lock:
+            out = self.model.decode(tokens=tokens, input_pos=positions, mask=mask, **self.cache)
+        logits = out.pop("logits")[0, -1]
+        self.cache = out
+        return logits
+
+    def arrays(self) -> dict[str, Any]:
+        return self.cache
+
+    def load(self, arrays: dict[str, Any]) -> None:
+        self.cache = arrays
+
+    def close(self) -> None:
+        self.cache = {}
+
+
+class _BufferKV:
+    """The KV cache in LiteRT TensorBuffers owned by the session, updated in place by the
+    CompiledModel (each buffer is both input and output): no copy of the cache per call."""
+
+    def __init__(self, model: LoadedModel) -> None:
+        self.model = model
+        cm = model.interpreter
+        self.kv = {}
+        for name, (shape, dt) in model.cache_specs.items():
+            buf = cm.create_input_buffer_by_name("decode", name)
+            buf.write(np.zeros(shape, dtype=dt))  # fresh memory may hold NaNs the mask can't hide
+            self.kv[name] = buf
+        self.small: dict[tuple[str, str], Any] = {}
+        self.logits = cm.create_output_buffer_by_name("decode", "logits")
+
+    def _inputs(self, sig: str, tokens: Any, positions: Any, mask: Any) -> dict[str, Any]:
+        cm = self.model.interpreter
+        ins = {}
+        for name, value in (("tokens", tokens), ("input_pos", positions), ("mask", mask)):
+            buf = self.small.get((sig, name))
+            if buf is None:
+                buf = self.small[(sig, name)] = cm.create_input_buffer_by_name(sig, name)
+            buf.write(np.ascontiguousarray(value))
+            ins[name] = buf
+        return {**ins, **self.kv}
+
+    def prefill(self, size: int, tokens: Any, positions: Any, mask: Any) -> None:
+        sig = self.model.prefill[size]
+        with self.model.lock:
+            self.model.interpreter.run_by_name(sig, self._inputs(sig, tokens, positions, mask),
+                                               dict(self.kv))
+
+    def decode(self, tokens: Any, positions: Any, mask: Any) -> Any:
+        with self.model.lock:
+            self.model.interpreter.run_by_name(
+                "decode", self._inputs("decode", tokens, positions, mask),
+                {"logits": self.logits, **self.kv})
+            return self.logits.read(self.model.vocab_size, np.float32)
+
+    def arrays(self) -> dict[str, Any]:
+        out = {}
+        for name, (shape, dt) in self.model.cache_specs.items():
+            out[name] = self.kv[name].read(int(np.prod(shape)), dt).reshape(shape)
+        return out
+
+    def load(self, arrays: dict[str, Any]) -> None:
+        for name, value in arrays.items():
+            self.kv[name].write(np.ascontiguousarray(value))
+
+    def close(self) -> None:
+        self.kv, self.small = {}, {}
 
 
 def _default_threads() -> int:
@@ -181,23 +305,28 @@ def open_session(context: InferenceContext, config: StreamConfig, options: LiteR
                  path: Path, rung: Rung) -> LiteRTSession:
     """Load (or reuse) the interpreter on ``context`` and open a session on it."""
     threads = config.threads or _default_threads()
-    key = ("litert-lm", "interpreter", str(path), threads)
-    model = context.shared(key, lambda: load_model(path, threads))
+    runtime = options.runtime
+    accel = rung.engine_backend if runtime == "compiled" else "cpu"
+    key = ("litert-lm", runtime, str(path), threads, accel)
+    model = context.shared(key, lambda: load_model(path, threads, runtime, accel))
     return LiteRTSession(model, config, context, rung)
 
 
 class LiteRTSession(Session):
-    """A token-exact generation on the interpreter: numpy KV cache, numpy sampler."""
+    """A token-exact generation on the Interpreter (or CompiledModel): the session's own KV
+    cache, the core's numpy sampler."""
 
     backend_name = "litert-lm"
 
     def __init__(self, model: LoadedModel, config: StreamConfig,
                  context: InferenceContext | None, rung: Rung) -> None:
         self._model = model
-        self.accelerator = "cpu"  # the interpreter runs on XNNPACK (CPU) whatever the rung
+        # the Interpreter runs on XNNPACK (CPU) whatever the rung; the compiled model on the rung
+        self.accelerator = "cpu" if model.runtime == "interpreter" else rung.engine_backend
         self.ladder_rung = rung.name
         self._n_ctx = min(config.context_size, model.cache_len)
-        self._cache = self._empty_cache()
+        self._kv: _NumpyKV | _BufferKV = (_BufferKV(model) if model.runtime == "compiled"
+                                          else _NumpyKV(model))
         self._sampler = Sampler(config)
         self._logits: Any = None
         self._n_kv = 0  # positions held in the KV cache: history[:n_kv]
@@ -205,10 +334,6 @@ class LiteRTSession(Session):
         lengths = sorted(model.prefill)
         self._lengths = [n for n in lengths if n <= config.batch_size] or lengths[:1]
         super().__init__(config, context)
-
-    def _empty_cache(self) -> dict[str, Any]:
-        return {k: np.zeros(shape, dtype=dt) for k, (shape, dt) in
-                self._model.cache_specs.items()}
 
     # ------------------------------------------------------------------ facts
 
@@ -259,10 +384,7 @@ class LiteRTSession(Session):
             ids = np.zeros((1, size), dtype=np.int32)
             ids[0, :len(chunk)] = chunk
             positions = np.arange(pos, pos + size, dtype=np.int32)
-            with m.lock:
-                out = m.prefill[size](tokens=ids, input_pos=positions,
-                                      mask=m.masks[pos:pos + size][None, None], **self._cache)
-            self._cache = out
+            self._kv.prefill(size, ids, positions, m.masks[pos:pos + size][None, None])
             i += len(chunk)
             self._n_kv = start + i
 
@@ -270,12 +392,9 @@ class LiteRTSession(Session):
         """Feed one token at position n_kv; keeps its logits."""
         m = self._model
         pos = self._n_kv
-        with m.lock:
-            out = m.decode(tokens=np.array([[token]], dtype=np.int32),
-                           input_pos=np.array([pos], dtype=np.int32),
-                           mask=m.masks[pos][None, None, None], **self._cache)
-        self._logits = out.pop("logits")[0, -1]
-        self._cache = out
+        self._logits = self._kv.decode(np.array([[token]], dtype=np.int32),
+                                       np.array([pos], dtype=np.int32),
+                                       m.masks[pos][None, None, None])
         self._n_kv = pos + 1
 
     # ------------------------------------------------------------------ hooks
@@ -301,15 +420,19 @@ class LiteRTSession(Session):
         sampler = self._sampler
         history = self._history
         penalize = self.config.repeat_penalty != 1.0
+        window = self.config.repeat_last_n
         cancel = self._cancel
         for _ in range(max_tokens):
             if self._pending:
                 if cancel.is_set():
                     self._raise_if_cancelled()
-                self._run_decode(self._pending[0])
+                pending = self._pending
+                if len(pending) > 1:  # after restore_slot: history the cache does not hold
+                    self._run_prefill(pending[:-1])
+                self._run_decode(pending[-1])
                 self._pending = []
             if penalize:
-                tok = sampler.sample(self._logits, history + out)
+                tok = sampler.sample(self._logits, (history[-window:] if window else []) + out)
             elif sampler.greedy:
                 tok = int(self._logits.argmax())
             else:
@@ -351,11 +474,12 @@ class LiteRTSession(Session):
         return self._model.fingerprint, RUNTIME
 
     def _save_state(self) -> bytes:
-        names = sorted(self._cache)
+        cache = self._kv.arrays()
+        names = sorted(cache)
         head = json.dumps({"n_kv": self._n_kv, "arrays": [
-            [n, list(self._cache[n].shape), str(self._cache[n].dtype)] for n in names]}).encode()
+            [n, list(cache[n].shape), str(cache[n].dtype)] for n in names]}).encode()
         parts = [_SLOT_MAGIC, struct.pack("<I", len(head)), head]
-        parts += [np.ascontiguousarray(self._cache[n]).tobytes() for n in names]
+        parts += [np.ascontiguousarray(cache[n]).tobytes() for n in names]
         return b"".join(parts)
 
     def _restore_state(self, payload: bytes, tokens: list[int]) -> None:
@@ -384,7 +508,7 @@ class LiteRTSession(Session):
                 from None
         if not 1 <= n_kv <= len(tokens):
             raise SlotError(f"slot says {n_kv} cached tokens for a history of {len(tokens)}")
-        self._cache = cache
+        self._kv.load(cache)
         self._sampler.reset()
         self._n_kv = n_kv
         self._pending = list(tokens[n_kv:])
@@ -392,17 +516,10 @@ class LiteRTSession(Session):
         if not self._pending:  # the logits are not saved: recompute them from the last token
             self._n_kv = n_kv - 1
             self._pending = [tokens[-1]]
-        # leave nothing for _decode's pending check to skip: run the pending tokens now
-        pend, self._pending = self._pending, []
-        if len(pend) > 1:
-            self._run_prefill(pend[:-1])
-        try:
-            self._run_decode(pend[-1])
-        except Exception as exc:
-            raise BackendRuntimeError(f"LiteRT decode failed restoring a slot: {exc}") from None
+        # the first next() feeds the pending tokens (cheap restore; no cancel check here)
 
     def _close(self) -> None:
-        self._cache = {}
+        self._kv.close()
         self._logits = None
 
 

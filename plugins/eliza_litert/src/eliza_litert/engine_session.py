@@ -1,0 +1,307 @@
+"""The LiteRT-LM engine session: ``litert_lm.Engine`` behind the seam, text-level.
+
+LiteRT-LM's Python API takes text and streams text, so this session translates:
+
+* ``prefill(ids)``: the ids are turned into text with the model's tokenizer and must come back
+  as exactly the same ids from the engine's own tokenizer, or the call is refused with an
+  :class:`InvalidArgumentError` (the engine would otherwise see a different sequence). The
+  engine opens every sequence with its start token itself: a leading start token in the ids is
+  dropped before the text is made, and when it is missing the engine adds it anyway (one
+  context position is reserved for it); the start token anywhere else is refused.
+* ``next()``: each streamed chunk (one per generated token on the engine's CPU path) is
+  re-tokenized with the engine's tokenizer to give ids. When the engine stops by itself before
+  the budget (it hit a stop token, which it does not emit) the session reports the model's
+  first stop id, so the stream ends with ``finish_reason="eos"``.
+
+Limits, declared in :attr:`capabilities`: no token-level input, no slots, no prefix reuse
+(``reset_keep`` is a full reset), cancel only between streamed chunks, sampling by the engine
+(temperature, top-k, top-p, seed; no min-p, no repeat penalty), ``ignore_eos`` not honoured.
+
+The engine (weights, compiled caches) is shared through the inference context with a cache
+directory the context owns (a temporary directory unless the ``cache_dir`` option names one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import litert_lm  # type: ignore[import-untyped]
+
+from eliza_backends import (
+    BackendRuntimeError,
+    BundleError,
+    Capabilities,
+    Decoded,
+    InferenceContext,
+    InvalidArgumentError,
+    Session,
+    StreamConfig,
+    UnsupportedOperationError,
+)
+from eliza_backends.hf_tokenizer import HFTokenizer
+
+from . import LiteRTOptions
+from .container import read_container
+from .ladder import Rung
+
+
+@dataclass
+class LoadedEngine:
+    """One ``litert_lm.Engine`` and the container facts, shared by sessions."""
+
+    path: Path
+    engine: Any
+    tokenizer: HFTokenizer
+    bos: int | None
+    eog: tuple[int, ...]
+    max_tokens: int
+    chat_template: str | None
+    cache_dir: str
+    owns_cache_dir: bool
+    added: dict[int, str]  # added/special token id -> its text (the engine parses it back)
+
+
+def _backend(rung: Rung, threads: int | None) -> Any:
+    if rung.engine_backend == "npu":
+        return litert_lm.Backend.NPU()
+    if rung.engine_backend == "gpu":
+        return litert_lm.Backend.GPU()
+    return litert_lm.Backend.CPU(thread_count=threads) if threads else litert_lm.Backend.CPU()
+
+
+def load_engine(path: Path, rung: Rung, threads: int | None, cache_dir: str | None) -> LoadedEngine:
+    """Check the container, then start the engine on the rung's LiteRT-LM backend."""
+    container = read_container(path)
+    spec = container.hf_tokenizer_json()
+    if spec is None:
+        raise BundleError(f"{path} has no HF tokenizer section; the engine session needs one to "
+                          "map ids to text (use session='interpreter' with a tokenizer.json)")
+    tok = HFTokenizer(spec)
+    added = {int(t["id"]): str(t["content"])
+             for t in json.loads(spec).get("added_tokens", []) if "id" in t and "content" in t}
+    meta = container.llm_metadata()
+    bos = meta.start_token_ids[0] if meta.start_token_ids else (
+        tok.token_id(meta.start_token_str) if meta.start_token_str else None)
+    eog = tuple(dict.fromkeys(ids[0] for ids in meta.stop_token_ids if len(ids) == 1))
+    owns = cache_dir is None
+    if cache_dir is None:
+        cache_dir = tempfile.mkdtemp(prefix="eliza-litert-")
+    elif not Path(cache_dir).is_dir():
+        raise InvalidArgumentError(f"cache_dir {cache_dir!r} does not exist; LiteRT-LM needs an "
+                                   "existing directory (or leave it unset for a temporary one)")
+    try:
+        engine = litert_lm.Engine(str(path), backend=_backend(rung, threads), cache_dir=cache_dir,
+                                  max_num_tokens=meta.max_num_tokens)
+    except Exception as exc:
+        if owns:
+            shutil.rmtree(cache_dir, ignore_errors=True)
+        raise BackendRuntimeError(f"LiteRT-LM could not start an engine on {path} "
+                                  f"({rung.engine_backend}): {exc}") from None
+    return LoadedEngine(path, engine, tok, bos, eog, meta.max_num_tokens or 4096,
+                        meta.jinja_prompt_template, cache_dir, owns, added)
+
+
+def close_engine(loaded: LoadedEngine) -> None:
+    """Free the engine and remove the temporary cache dir it owns."""
+    loaded.engine.close()
+    if loaded.owns_cache_dir:
+        shutil.rmtree(loaded.cache_dir, ignore_errors=True)
+
+
+def open_engine_session(context: InferenceContext, config: StreamConfig, options: LiteRTOptions,
+                        path: Path, rung: Rung) -> EngineSession:
+    """Start (or reuse) the engine on ``context`` and open a session on it."""
+    if config.min_p > 0.0 or config.repeat_penalty != 1.0:
+        raise UnsupportedOperationError(
+            "the LiteRT-LM engine session samples with temperature/top-k/top-p/seed only; "
+            "min_p and repeat_penalty need session='interpreter'")
+    key = ("litert-lm", "engine", str(path), rung.name, config.threads, options.cache_dir)
+    loaded = context.shared(key, lambda: load_engine(path, rung, config.threads,
+                                                     options.cache_dir), close_engine)
+    return EngineSession(loaded, config, context, rung)
+
+
+class EngineSession(Session):
+    """A text-level generation on ``litert_lm.Engine``."""
+
+    backend_name = "litert-lm"
+
+    def __init__(self, loaded: LoadedEngine, config: StreamConfig,
+                 context: InferenceContext | None, rung: Rung) -> None:
+        self._loaded = loaded
+        self.accelerator = rung.engine_backend
+        self.ladder_rung = rung.name
+        # one position is kept for the start token the engine adds when a sequence does not
+        # begin with it
+        self._n_ctx = min(config.context_size, loaded.max_tokens) - 1
+        self._session: Any = None
+        self._stream: Iterator[Any] | None = None
+        self._buffer: list[int] = []
+        self._turn_tokens = 0
+        self._session = self._new_session(config)
+        super().__init__(config, context)
+
+    def _new_session(self, config: StreamConfig) -> Any:
+        if config.greedy:
+            sampler = litert_lm.SamplerConfig(top_k=1, temperature=0.0, seed=config.seed)
+        else:
+            sampler = litert_lm.SamplerConfig(
+                top_k=config.top_k or None, top_p=config.top_p, temperature=config.temperature,
+                seed=config.seed)
+        try:
+            return self._loaded.engine.create_session(
+                apply_prompt_template=False, sampler_config=sampler,
+                max_output_tokens=config.max_tokens)
+        except Exception as exc:
+            raise BackendRuntimeError(f"LiteRT-LM could not create a session: {exc}") from None
+
+    # ------------------------------------------------------------------ facts
+
+    @property
+    def vocab_size(self) -> int:
+        return self._loaded.tokenizer.vocab_size
+
+    @property
+    def context_size(self) -> int:
+        return self._n_ctx
+
+    @property
+    def eog_token_ids(self) -> frozenset[int]:
+        return frozenset(self._loaded.eog)
+
+    @property
+    def bos_token_id(self) -> int | None:
+        return self._loaded.bos
+
+    @property
+    def chat_template(self) -> str | None:
+        """The container's Jinja prompt template, if it has one."""
+        return self._loaded.chat_template
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(token_input=False, prefix_reuse=False, slots=False,
+                            cancel_prefill=False, sampling=True)
+
+    # ------------------------------------------------------------------ hooks
+
+    def _text_of(self, ids: list[int]) -> str:
+        tok, added = self._loaded.tokenizer, self._loaded.added
+        raw = b"".join(added[t].encode() if t in added else tok.piece(t) for t in ids)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidArgumentError(
+                "the LiteRT-LM engine session takes text: these token ids do not decode to "
+                "valid UTF-8, so the engine cannot be given them (use session='interpreter' "
+                "for token-level input)") from None
+        back = self._loaded.engine.tokenize(text) if text else []
+        if list(back) != ids:
+            raise InvalidArgumentError(
+                f"the LiteRT-LM engine session takes text: token ids {ids[:8]}... do not "
+                f"round-trip through the tokenizer (the engine would see {list(back)[:8]}...); "
+                "pass the model's own tokenization, or use session='interpreter'")
+        return text
+
+    def _prefill(self, token_ids: list[int]) -> None:
+        self._stop_stream()
+        ids = token_ids
+        bos = self._loaded.bos
+        if not self._history and bos is not None and ids[0] == bos:
+            ids = ids[1:]  # the engine opens every sequence with its start token itself
+        if bos is not None and bos in ids:
+            raise InvalidArgumentError(
+                f"the start token ({bos}) may only open a sequence on the LiteRT-LM engine "
+                "session (the engine adds it itself); use session='interpreter' for arbitrary ids")
+        text = self._text_of(ids)
+        self._raise_if_cancelled()
+        try:
+            self._session.run_prefill([text])
+        except Exception as exc:
+            raise BackendRuntimeError(f"LiteRT-LM prefill failed: {exc}") from None
+        self._turn_tokens = 0
+
+    def _decode(self, max_tokens: int) -> Decoded:
+        out: list[int] = []
+        while len(out) < max_tokens:
+            if self._buffer:
+                take = self._buffer[:max_tokens - len(out)]
+                del self._buffer[:len(take)]
+                out += take
+                continue
+            if self._cancel.is_set():
+                self._stop_stream(cancel=True)
+                self._raise_if_cancelled()
+            if self._stream is None:
+                if self._turn_tokens >= self.config.max_tokens:
+                    break
+                try:
+                    self._stream = iter(self._session.run_decode_async())
+                except Exception as exc:
+                    raise BackendRuntimeError(f"LiteRT-LM decode failed: {exc}") from None
+            try:
+                chunk = next(self._stream)
+            except StopIteration:
+                self._stream = None
+                self._turn_tokens = self.config.max_tokens  # the engine's turn is over
+                if self._loaded.eog:
+                    out.append(self._loaded.eog[0])
+                break
+            except Exception as exc:
+                self._stream = None
+                raise BackendRuntimeError(f"LiteRT-LM decode failed: {exc}") from None
+            text = "".join(chunk.texts)
+            if text:
+                ids = list(self._loaded.engine.tokenize(text))
+                self._turn_tokens += 1
+                self._buffer += ids
+        if not out:  # the engine gave nothing more: end the stream rather than spin
+            out.append(self._loaded.eog[0] if self._loaded.eog else 0)
+        return Decoded(out)
+
+    def _stop_stream(self, cancel: bool = True) -> None:
+        self._buffer = []
+        if self._stream is None:
+            return
+        if cancel:
+            with contextlib.suppress(Exception):
+                self._session.cancel_process()
+        try:
+            for _ in self._stream:
+                pass
+        except Exception:
+            pass
+        self._stream = None
+
+    def _reset(self) -> None:
+        self._stop_stream()
+        old, self._session = self._session, None
+        if old is not None:
+            old.close()
+        self._session = self._new_session(self.config)
+        self._turn_tokens = 0
+
+    def _token_bytes(self, token_id: int) -> bytes:
+        return self._loaded.tokenizer.piece(token_id)
+
+    def _tokenize(self, text: str, add_special: bool) -> list[int]:
+        ids = list(self._loaded.engine.tokenize(text)) if text else []
+        if add_special and self._loaded.bos is not None:
+            ids = [self._loaded.bos, *ids]
+        return ids
+
+    def _close(self) -> None:
+        self._stop_stream()
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+
+
+__all__ = ["EngineSession", "LoadedEngine", "load_engine", "open_engine_session"]
