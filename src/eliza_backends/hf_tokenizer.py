@@ -50,6 +50,20 @@ class HFTokenizer:
         found = self._by_content.get(content)
         return found if found is not None else self._tok.token_to_id(content)
 
+    def token_text(self, token_id: int) -> str | None:
+        """The vocabulary text of ``token_id`` (e.g. ``"<|bos|>"``), None if out of range."""
+        text: str | None = self._tok.id_to_token(token_id)
+        return text
+
+    def template_tokens(self, bos: int | None, eog: frozenset[int]) -> dict[str, str]:
+        """``bos_token`` / ``eos_token`` texts for chat templates (eos: the lowest end id)."""
+        out = {}
+        for key, tok in (("bos_token", bos), ("eos_token", min(eog) if eog else None)):
+            text = self.token_text(tok) if tok is not None else None
+            if text is not None:
+                out[key] = text
+        return out
+
     def encode(self, text: str, *, add_special: bool = True) -> list[int]:
         """Token ids of ``text``; ``add_special`` applies the post-processor (e.g. BOS)."""
         return list(self._tok.encode(text, add_special_tokens=add_special).ids)

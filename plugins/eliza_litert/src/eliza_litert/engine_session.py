@@ -186,6 +186,11 @@ class EngineSession(Session):
         return self._loaded.chat_template
 
     @property
+    def template_tokens(self) -> dict[str, str]:
+        return self._loaded.tokenizer.template_tokens(self._loaded.bos,
+                                                      frozenset(self._loaded.eog))
+
+    @property
     def capabilities(self) -> Capabilities:
         return Capabilities(token_input=False, prefix_reuse=False, slots=False,
                             cancel_prefill=False, sampling=True)

@@ -359,6 +359,10 @@ class LiteRTSession(Session):
         return self._model.chat_template
 
     @property
+    def template_tokens(self) -> dict[str, str]:
+        return self._model.tokenizer.template_tokens(self._model.bos, self._model.eog)
+
+    @property
     def capabilities(self) -> Capabilities:
         return Capabilities(token_input=True, prefix_reuse=True, slots=True,
                             cancel_prefill=False, sampling=True)
