@@ -1,0 +1,189 @@
+"""The side-by-side benchmark suite: every backend through the seam vs its runtime used directly.
+
+    python benchmarks/suite.py [--quick] [--out benchmarks/results]
+
+Runs, in one go, each per-backend script (each interleaves its contenders A B A B and reports
+medians and ratios) plus the machine's memory-read bandwidth, and writes to ``--out``:
+
+- ``latest.json``: every script's JSON, the bandwidth, the machine;
+- ``latest.md``: the tables (pasted into docs/benchmarks.md);
+- ``decode_by_position.png``: llama.cpp decode tok/s per position bucket, seam vs direct.
+
+The decode ceiling printed beside llama.cpp's figures is bandwidth / weight bytes: every decoded
+token reads every weight once, so no backend can beat it on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+
+
+def memory_read_bandwidth(threads: int = 2, mib: int = 512, repeat: int = 5) -> float:
+    """Best-of-``repeat`` read bandwidth in GB/s: ``threads`` threads each summing their own
+    ``mib`` MiB array (numpy releases the GIL in the reduction)."""
+    import numpy as np
+
+    arrays = [np.ones(mib * 2**20 // 8, dtype=np.float64) for _ in range(threads)]
+    best = 0.0
+    for _ in range(repeat):
+        barrier = threading.Barrier(threads + 1)
+
+        def work(a: Any) -> None:
+            barrier.wait()
+            a.sum()
+
+        workers = [threading.Thread(target=work, args=(a,)) for a in arrays]
+        for w in workers:
+            w.start()
+        t0 = time.perf_counter()
+        barrier.wait()
+        for w in workers:
+            w.join()
+        dt = time.perf_counter() - t0
+        best = max(best, threads * mib * 2**20 / dt / 1e9)
+    return best
+
+
+def run_script(name: str, *args: str, timeout: int = 1800) -> dict[str, Any]:
+    """Run ``benchmarks/<name>`` with ``--json``; its parsed output or the error."""
+    cmd = [sys.executable, str(HERE / name), *args, "--json"]
+    print(f"$ {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-3:]
+        return {"error": f"exit {proc.returncode}: {' | '.join(tail)}"}
+    out: dict[str, Any] = json.loads(proc.stdout[proc.stdout.index("{"):])
+    out["_wall_s"] = time.perf_counter() - t0
+    return out
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers were measured on."""
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")),
+                       cpu)
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+            "platform": platform.platform(), "date": time.strftime("%Y-%m-%d %H:%M UTC",
+                                                                   time.gmtime())}
+
+
+def plot(llama: dict[str, Any], path: Path) -> bool:
+    """Decode tok/s by position bucket, one line per contender per model."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    models = llama.get("models", {})
+    fig, axes = plt.subplots(1, max(len(models), 1), figsize=(6 * max(len(models), 1), 4))
+    axes = axes if hasattr(axes, "__len__") else [axes]
+    for ax, (model, rows) in zip(axes, models.items(), strict=False):
+        for contender, r in rows.items():
+            pos = r.get("per_position_tps") or {}
+            if pos:
+                ax.plot(range(len(pos)), list(pos.values()), marker="o", label=contender)
+                ax.set_xticks(range(len(pos)), list(pos.keys()), rotation=30, fontsize=7)
+        ax.set_title(f"llama.cpp {model}: decode tok/s by position")
+        ax.set_ylabel("tok/s")
+        ax.set_ylim(bottom=0)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return True
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The suite's tables as Markdown."""
+    m = report["machine"]
+    lines = [f"Measured {m['date']} on {m['cpu']} ({m['cores']} cores), Python {m['python']}.",
+             f"Memory read bandwidth (2 threads): **{report['bandwidth_gbs']:.1f} GB/s**.", ""]
+    llama = report.get("llama.cpp", {})
+    if "models" in llama:
+        lines += ["### llama.cpp: seam vs llama-cpp-python used directly", "",
+                  f"{llama['threads']} threads, prompt {llama['prompt_tokens']} tokens, "
+                  f"{llama['gen_tokens']} generated, {llama['repeat']} interleaved repeats.", "",
+                  "| model | contender | decode tok/s (min-max) | vs minimal | first token ms "
+                  "| load s | peak RSS MB | ceiling tok/s |", "|---|---|---|---|---|---|---|---|"]
+        for model, rows in llama["models"].items():
+            ceiling = report.get("ceilings", {}).get(model)
+            for c, r in rows.items():
+                d = r["decode_tps"]
+                lines.append(
+                    f"| {model} | {c} | {d['median']:.1f} ({d['min']:.1f}-{d['max']:.1f}) | "
+                    f"{r.get('decode_ratio_vs_minimal', float('nan')):.3f} | "
+                    f"{1000 * r['ttft_s']['median']:.1f} | {r['load_s']['median']:.2f} | "
+                    f"{r['peak_rss_mb']['median']:.0f} | "
+                    f"{f'{ceiling:.0f}' if ceiling else '-'} |")
+        lines.append("")
+    for key in ("litert", "mlx", "speculative"):
+        data = report.get(key)
+        if data is None:
+            continue
+        lines += [f"### {key}", "", "```json", json.dumps(
+            {k: v for k, v in data.items() if not k.startswith("_")}, indent=1)[:6000], "```",
+            ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=HERE / "results")
+    ap.add_argument("--quick", action="store_true", help="fewer repeats and tokens")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--skip", default="", help="comma list of: llama.cpp,litert,mlx,speculative")
+    args = ap.parse_args(argv)
+    skip = set(filter(None, args.skip.split(",")))
+    reps = "2" if args.quick else "3"
+    report: dict[str, Any] = {"machine": machine(),
+                              "bandwidth_gbs": memory_read_bandwidth(threads=2)}
+    if "llama.cpp" not in skip:
+        report["llama.cpp"] = run_script(
+            "bench_llamacpp.py", "--models", "tiny,q4_0,q8_0", "--repeat", reps,
+            "--gen", "64" if args.quick else "128", "--threads", str(args.threads))
+        sizes = {}
+        for model in ("q4_0", "q8_0"):
+            gguf = sorted((ROOT / ".bench-cache" / f"random-0.85b-{model}" / "text")
+                          .glob("*.gguf"))
+            if gguf:
+                sizes[model] = gguf[0].stat().st_size
+        report["ceilings"] = {m: report["bandwidth_gbs"] * 1e9 / size
+                              for m, size in sizes.items()}
+    if "litert" not in skip:
+        report["litert"] = run_script("bench_litert.py", "--reps", "3" if args.quick else "7")
+    if "mlx" not in skip:
+        report["mlx"] = run_script("bench_mlx.py", "--rounds", reps)
+    if "speculative" not in skip:
+        report["speculative"] = run_script("bench_speculative.py", "--repeat", reps,
+                                           "--threads", str(args.threads), "--gen",
+                                           "64" if args.quick else "128")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "latest.json").write_text(json.dumps(report, indent=2))
+    md = markdown(report)
+    (args.out / "latest.md").write_text(md + "\n")
+    if "llama.cpp" in report and "models" in report["llama.cpp"]:
+        plot(report["llama.cpp"], args.out / "decode_by_position.png")
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
