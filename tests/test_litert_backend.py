@@ -41,7 +41,7 @@ from eliza_backends.testing import BackendConformance, generated_tokens, run_to_
 ORACLE = json.loads((TINY_BUNDLE / "oracle.json").read_text())
 TEXT = TINY_BUNDLE / "text"
 ENGINE = {"litert-lm": {"session": "engine"}}
-INTERP = {"litert-lm": {"session": "interpreter"}}
+INTERP = {"litert-lm": {"session": "interpreter", "runtime": "interpreter"}}
 COMPILED = {"litert-lm": {"session": "interpreter", "runtime": "compiled"}}
 HAS_ENGINE = __import__("importlib").util.find_spec("litert_lm") is not None
 
