@@ -1,0 +1,265 @@
+"""Greedy decoding straight on each runtime, with no eliza_backends code in between.
+
+These helpers are the reference path for parity checks (tests, benchmarks, backend
+tests): each one loads a model artifact with its runtime's own Python API and
+decodes greedily from token ids (or, for LiteRT-LM, from text, the only input its
+Python API takes). Runtime imports happen inside the functions, so importing this
+module needs none of them.
+
+Loaded models are cached per path (they are tiny and loading is the slow part of
+a test); :func:`clear_caches` drops them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+
+__all__ = [
+    "clear_caches",
+    "litertlm_generate_text",
+    "litertlm_tokenize",
+    "llamacpp_greedy",
+    "llamacpp_tokenize",
+    "mlx_greedy",
+    "tflite_greedy",
+]
+
+
+# --------------------------------------------------------------------------- llama.cpp
+
+
+@lru_cache(maxsize=4)
+def _llama(gguf_path: str, n_ctx: int):
+    import llama_cpp
+
+    return llama_cpp.Llama(
+        model_path=gguf_path,
+        n_ctx=n_ctx,
+        n_batch=n_ctx,
+        n_threads=1,
+        n_threads_batch=1,
+        logits_all=False,
+        verbose=False,
+    )
+
+
+def llamacpp_greedy(
+    gguf_path: str | os.PathLike[str], prompt_ids: Sequence[int], n: int, *, n_ctx: int = 512
+) -> list[int]:
+    """``n`` greedy token ids after ``prompt_ids`` (which already hold BOS), via llama-cpp-python.
+
+    Argmax over the float logits of each step; no stop on EOS/EOG.
+    """
+    import numpy as np
+
+    llm = _llama(os.fspath(gguf_path), n_ctx)
+    if len(prompt_ids) + n > n_ctx:
+        raise ValueError(f"{len(prompt_ids)} prompt + {n} new tokens exceed n_ctx={n_ctx}")
+    import llama_cpp
+
+    llm.reset()
+    llm.eval(list(prompt_ids))
+    n_vocab = llm.n_vocab()
+    out: list[int] = []
+    for i in range(n):
+        # Llama.eval keeps no logits when logits_all=False: read the last row directly
+        logits = np.ctypeslib.as_array(
+            llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(n_vocab,)
+        )
+        nxt = int(np.argmax(logits))
+        out.append(nxt)
+        if i + 1 < n:
+            llm.eval([nxt])
+    return out
+
+
+def llamacpp_tokenize(
+    gguf_path: str | os.PathLike[str], text: str, *, add_bos: bool = True
+) -> list[int]:
+    """llama.cpp's own tokenization of ``text`` (special-token strings parsed as tokens)."""
+    llm = _llama(os.fspath(gguf_path), 512)
+    return list(llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True))
+
+
+# --------------------------------------------------------------------------- MLX
+
+
+@lru_cache(maxsize=4)
+def _mlx_model(model_dir: str):
+    from mlx_lm.utils import load_model
+
+    model, _config = load_model(Path(model_dir))
+    return model
+
+
+def mlx_greedy(model_dir: str | os.PathLike[str], prompt_ids: Sequence[int], n: int) -> list[int]:
+    """``n`` greedy token ids after ``prompt_ids`` from an MLX weights folder, via mlx-lm."""
+    import mlx.core as mx
+    from mlx_lm.generate import generate_step
+
+    model = _mlx_model(os.fspath(model_dir))
+    out: list[int] = []
+    steps = generate_step(
+        mx.array(list(prompt_ids), dtype=mx.uint32),
+        model,
+        max_tokens=n,
+        sampler=lambda logprobs: mx.argmax(logprobs, axis=-1),
+    )
+    for token, _logprobs in steps:
+        out.append(int(token))
+        if len(out) == n:
+            break
+    return out
+
+
+# --------------------------------------------------------------------------- .tflite
+
+
+@lru_cache(maxsize=4)
+def _tflite(tflite_path: str):
+    from ai_edge_litert.interpreter import Interpreter
+
+    it = Interpreter(model_path=tflite_path, num_threads=1)
+    prefill = {}
+    for name in it.get_signature_list():
+        if name.startswith("prefill_"):
+            prefill[int(name.split("_")[1])] = it.get_signature_runner(name)
+    if not prefill or "decode" not in it.get_signature_list():
+        raise ValueError(f"{tflite_path} lacks prefill_<N>/decode signatures")
+    decode = it.get_signature_runner("decode")
+    cache_specs = {
+        k: (tuple(v["shape"]), v["dtype"])
+        for k, v in decode.get_input_details().items()
+        if k.startswith("kv_cache_")
+    }
+    cache_len = decode.get_input_details()["mask"]["shape"][-1]
+    return it, prefill, decode, cache_specs, int(cache_len)
+
+
+def _mask(positions, cache_len: int):
+    """Additive causal mask [1, 1, T, cache_len]: 0 where key pos <= query pos."""
+    import numpy as np
+
+    keys = np.arange(cache_len)[None, :]
+    allowed = keys <= np.asarray(positions)[:, None]
+    m = np.where(allowed, 0.0, np.finfo(np.float32).min).astype(np.float32)
+    return m[None, None]
+
+
+def tflite_greedy(
+    tflite_path: str | os.PathLike[str], prompt_ids: Sequence[int], n: int
+) -> list[int]:
+    """``n`` greedy ids from a litert-torch ``.tflite`` (``prefill_<N>`` / ``decode`` signatures).
+
+    The KV cache lives in numpy arrays passed in and out of each call. Prefill
+    returns only the cache, so all prompt tokens but the last are prefilled (in
+    chunks, padded to a signature length; padding lands in cache slots that later
+    tokens overwrite before anything attends to them) and the last prompt token
+    goes through ``decode`` to give the first logits.
+    """
+    import numpy as np
+
+    _it, prefill, decode, cache_specs, cache_len = _tflite(os.fspath(tflite_path))
+    ids = list(prompt_ids)
+    if not ids:
+        raise ValueError("prompt_ids must hold at least one token (BOS)")
+    if len(ids) + n > cache_len:
+        raise ValueError(f"{len(ids)} prompt + {n} new tokens exceed the KV cache ({cache_len})")
+    cache = {k: np.zeros(shape, dtype=dt) for k, (shape, dt) in cache_specs.items()}
+    lengths = sorted(prefill)
+
+    pos = 0
+    head = ids[:-1]
+    while pos < len(head):
+        remaining = len(head) - pos
+        fitting = [L for L in lengths if pos + L <= cache_len]
+        size = next((L for L in fitting if remaining <= L), fitting[-1])
+        chunk = head[pos : pos + size]
+        tokens = np.zeros((1, size), dtype=np.int32)
+        tokens[0, : len(chunk)] = chunk
+        positions = np.arange(pos, pos + size, dtype=np.int32)
+        cache = prefill[size](
+            tokens=tokens, input_pos=positions, mask=_mask(positions, cache_len), **cache
+        )
+        pos += len(chunk)
+
+    out: list[int] = []
+    cur = ids[-1]
+    for _ in range(n):
+        positions = np.array([pos], dtype=np.int32)
+        res = decode(
+            tokens=np.array([[cur]], dtype=np.int32),
+            input_pos=positions,
+            mask=_mask(positions, cache_len),
+            **cache,
+        )
+        logits = res.pop("logits")
+        cache = res
+        cur = int(np.argmax(logits[0, -1]))
+        out.append(cur)
+        pos += 1
+    return out
+
+
+# --------------------------------------------------------------------------- LiteRT-LM
+
+
+@lru_cache(maxsize=4)
+def _litertlm_engine(path: str, cache_dir: str):
+    import litert_lm
+
+    os.makedirs(cache_dir, exist_ok=True)
+    return litert_lm.Engine(
+        path, backend=litert_lm.Backend.CPU(thread_count=1), cache_dir=cache_dir
+    )
+
+
+def litertlm_generate_text(
+    litertlm_path: str | os.PathLike[str],
+    prompt_text: str,
+    n: int,
+    cache_dir: str | os.PathLike[str],
+) -> str:
+    """Greedy text from a ``.litertlm`` via ``litert_lm.Engine`` (CPU), at most ``n`` tokens.
+
+    ``prompt_text`` is raw model input without the BOS string: the engine prepends
+    its start token itself, and no prompt template is applied (a chat prompt must
+    already be rendered). Generation stops early at the bundle's stop tokens (their
+    text is not returned). When generation is cut at ``n`` tokens, a trailing
+    whitespace-only token is not returned yet (the engine's streaming detokenizer
+    holds it back in case the next token merges with it).
+    ``cache_dir`` must be a writable directory (created if missing).
+    """
+    import litert_lm
+
+    engine = _litertlm_engine(os.fspath(litertlm_path), os.fspath(cache_dir))
+    session = engine.create_session(
+        apply_prompt_template=False,
+        sampler_config=litert_lm.SamplerConfig(top_k=1, temperature=0.0, seed=0),
+        max_output_tokens=n,
+    )
+    try:
+        session.run_prefill([prompt_text])
+        parts = []
+        for resp in session.run_decode_async():
+            parts.extend(resp.texts)
+        return "".join(parts)
+    finally:
+        session.close()
+
+
+def litertlm_tokenize(
+    litertlm_path: str | os.PathLike[str], text: str, cache_dir: str | os.PathLike[str]
+) -> list[int]:
+    """The LiteRT-LM engine's tokenization of ``text`` (no start token added)."""
+    engine = _litertlm_engine(os.fspath(litertlm_path), os.fspath(cache_dir))
+    return engine.tokenize(text)
+
+
+def clear_caches() -> None:
+    """Forget every loaded model / engine (they are freed when no longer referenced)."""
+    for f in (_llama, _mlx_model, _tflite, _litertlm_engine):
+        f.cache_clear()
