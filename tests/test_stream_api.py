@@ -157,6 +157,17 @@ def test_unknown_backend_options_fail_before_load(bundle: Path, registry: Regist
         assert stream.backend == "scripted"
 
 
+def test_misspelled_option_key_is_refused(bundle: Path, registry: Registry) -> None:
+    with pytest.raises(InvalidArgumentError, match="names no backend"):
+        open_stream(bundle, registry=registry, environ={}, options={"llamacp": {"x": 1}})
+
+
+def test_config_constructor_raises_typed_errors() -> None:
+    with pytest.raises(InvalidArgumentError, match="temperature"):
+        StreamConfig(temperature=-1)
+    assert StreamConfig(stop="END").stop == ("END",)
+
+
 def test_unsupported_drafter_is_refused(bundle: Path, registry: Registry) -> None:
     with pytest.raises(UnsupportedOperationError, match="drafter"):
         open_stream(bundle, registry=registry, environ={}, drafter="ngram")

@@ -277,8 +277,9 @@ class Session(ABC):
             self._assembler = TextAssembler(self.config.stop)
 
     def next(self, max_tokens: int | None = None) -> Step:
-        """Generate up to ``max_tokens`` tokens (default ``config.tokens_per_step``, or one
-        speculative round, ``draft_length + 1``, when a drafter is on and it is 1).
+        """Generate up to ``max_tokens`` tokens (default ``config.tokens_per_step``, or
+        ``draft_length + 1`` when a drafter is on and ``tokens_per_step`` is 1; a speculative
+        step runs draft/verify rounds until it has that many tokens or the stream ends).
 
         Returns a final :class:`Step` when an end-of-generation token, a stop string, the
         ``config.max_tokens`` budget or the context window ends the stream; calling again after

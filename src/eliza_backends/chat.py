@@ -6,7 +6,7 @@ Every artifact carries its template (GGUF ``tokenizer.chat_template``, the MLX f
 jinja2's immutable sandbox with no loader (no ``include``/``import``, no file access), no access
 to Python internals, bounded ``range`` and bounded string/list repetition.
 
-:func:`render_chat` renders; :class:`ChatSession`-style reuse lives in
+:func:`render_chat` renders; multi-turn reuse lives in
 :meth:`eliza_backends.Stream.prefill_messages`, which prefills only the tokens that differ from
 what the session already holds.
 """

@@ -15,7 +15,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from .errors import InvalidArgumentError
 
@@ -68,6 +75,18 @@ class StreamConfig(BaseModel):
         description="Per-backend options keyed by backend name, validated by that backend.",
     )
 
+    def __init__(self, **data: Any) -> None:
+        """Validate; problems raise :class:`InvalidArgumentError` (one line per problem)."""
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise InvalidArgumentError(describe_validation_error(exc, "StreamConfig")) from None
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _one_stop_string(cls, value: Any) -> Any:
+        return (value,) if isinstance(value, str) else value
+
     @model_validator(mode="after")
     def _check_consistency(self) -> StreamConfig:
         if any(not s for s in self.stop):
@@ -88,22 +107,14 @@ class StreamConfig(BaseModel):
     @classmethod
     def build(cls, config: StreamConfig | Mapping[str, Any] | None = None,
               **overrides: Any) -> StreamConfig:
-        """Make a config from a config, a mapping and/or keyword overrides, with typed errors.
-
-        A single string given for ``stop`` is taken as one stop string.
-        """
+        """Make a config from a config, a mapping and/or keyword overrides (validated)."""
         base: dict[str, Any] = {}
         if isinstance(config, StreamConfig):
             base = config.model_dump()
         elif config is not None:
             base = dict(config)
         base.update(overrides)
-        if isinstance(base.get("stop"), str):
-            base["stop"] = (base["stop"],)
-        try:
-            return cls.model_validate(base)
-        except ValidationError as exc:
-            raise InvalidArgumentError(describe_validation_error(exc, "StreamConfig")) from None
+        return cls(**base)
 
 
 def describe_validation_error(exc: ValidationError, what: str) -> str:

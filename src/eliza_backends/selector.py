@@ -233,8 +233,10 @@ def _unknown_backend(requested: str, requested_by: str | None,
     extra = KNOWN_BACKENDS.get(close[0]) if close else None
     if extra and close[0] not in {n.lower() for f in factories for n in f.names()}:
         msg += f" Install it with: pip install 'eliza-backends[{extra}]'."
-    else:
+    elif requested_by and requested_by.startswith(BACKEND_ENV):
         msg += f" Unset {BACKEND_ENV} to let the selector choose."
+    else:
+        msg += " Pass one of the installed names, or none to let the selector choose."
     return msg
 
 

@@ -18,9 +18,9 @@ from .backend import Session, Step
 from .chat import common_prefix, render_chat
 from .config import StreamConfig
 from .context import InferenceContext
-from .errors import InvalidArgumentError, UnsupportedOperationError
-from .registry import Registry
-from .selector import select
+from .errors import InvalidArgumentError, PluginError, UnsupportedOperationError
+from .registry import Registry, default_registry
+from .selector import KNOWN_BACKENDS, select
 
 
 @dataclass
@@ -199,6 +199,16 @@ class Stream:
         return f"<Stream {self.backend} on {self.context.bundle_dir} n_past={self.session.n_past}>"
 
 
+def check_option_keys(config: StreamConfig, registry: Registry) -> None:
+    """Every key of ``config.options`` must name a backend (installed, or a known first-party
+    one), so a misspelled key is an error instead of silently ignored options."""
+    for key in config.options:
+        if registry.get(key) is None and key.lower() not in KNOWN_BACKENDS:
+            names = sorted({n for f in registry.factories() for n in f.names()})
+            raise InvalidArgumentError(f"options[{key!r}] names no backend (known: "
+                                       f"{', '.join(names) or 'none installed'})")
+
+
 def check_capabilities(session: Session, config: StreamConfig, backend: str) -> None:
     """Refuse a config asking for what the session does not have (never a silent downgrade)."""
     caps = session.capabilities
@@ -232,11 +242,12 @@ def open_stream(
     context = InferenceContext(bundle) if not isinstance(bundle, InferenceContext) else bundle
     try:
         factory = select(context.bundle_dir, backend=backend, environ=environ, registry=registry)
+        check_option_keys(cfg, registry or default_registry())
         factory.parse_options(cfg)  # unknown options fail before any load
         session = factory.open(context, cfg)
         if not isinstance(session, Session):
-            raise InvalidArgumentError(f"backend {factory.name} returned {session!r} from "
-                                       "open(), not a Session")
+            raise PluginError(f"backend {factory.name} returned {session!r} from open(), not "
+                              "a Session: a bug in its plugin")
         try:
             check_capabilities(session, cfg, factory.name)
         except BaseException:
