@@ -19,6 +19,7 @@ is good); ratios are against ``minimal``. Models: the tiny bundle's GGUF and a r
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import resource
@@ -171,7 +172,7 @@ def run_highlevel(bundle: Path, n_prompt: int, n_gen: int, threads: int) -> dict
 def _result(load: float, t_start: float, t_prefill: float | None, stamps: list[float],
             n_prompt: int) -> dict[str, Any]:
     first = stamps[0]
-    gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
     decode = (len(stamps) - 1) / (stamps[-1] - first) if len(stamps) > 1 else 0.0
     buckets = {}
     for lo in range(0, len(gaps), 64):

@@ -40,7 +40,7 @@ def memory_read_bandwidth(threads: int = 2, mib: int = 512, repeat: int = 5) -> 
     for _ in range(repeat):
         barrier = threading.Barrier(threads + 1)
 
-        def work(a: Any) -> None:
+        def work(a: Any, barrier: threading.Barrier = barrier) -> None:
             barrier.wait()
             a.sum()
 

@@ -127,9 +127,9 @@ def test_model_without_template_names_the_option(tmp_path: Path) -> None:
     registry = Registry(entry_points=False)
     registry.register(Plugin(), name="p")
     bundle = make_bundle(tmp_path / "b", "m.scripted")
-    with open_stream(bundle, registry=registry, environ={}) as stream:
-        with pytest.raises(UnsupportedOperationError, match="chat_template"):
-            stream.prefill_messages(MSGS)
+    with open_stream(bundle, registry=registry, environ={}) as stream, \
+            pytest.raises(UnsupportedOperationError, match="chat_template"):
+        stream.prefill_messages(MSGS)
     with open_stream(bundle, registry=registry, environ={}, max_tokens=3,
                      chat_template="{% for m in messages %}{{ m.content }}{% endfor %}") as s:
         assert s.prefill_messages(MSGS) == 2  # "hi" as two byte tokens

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from .backend import Availability, Capabilities, Decoded, Factory, Session, Step
 from .bundle import BundleManifest, create_bundle, load_manifest, verify_bundle, write_manifest
-from .config import StreamConfig
 from .chat import TemplateError, render_chat
+from .config import StreamConfig
 from .context import InferenceContext
 from .errors import (
     BackendRuntimeError,
@@ -64,9 +64,9 @@ __all__ = [
     "Status",
     "Step",
     "Stream",
-    "TemplateError",
     "StreamConfig",
     "StreamMetrics",
+    "TemplateError",
     "UnsupportedOperationError",
     "__version__",
     "create_bundle",
