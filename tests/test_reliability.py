@@ -88,23 +88,33 @@ def test_sigkill_during_save_slot_keeps_the_previous_slot(tmp_path: Path) -> Non
 # ---------------------------------------------------------------------------- races
 
 
+BACKENDS = [
+    pytest.param("llama.cpp", {}, "llama_cpp", id="llama.cpp"),
+    pytest.param("litert-lm", {}, "ai_edge_litert", id="litert-lm"),
+    pytest.param("mlx", {}, "mlx_lm", id="mlx"),
+]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("phase", ["prefill", "decode"])
-def test_cancel_at_random_moments_never_breaks_a_session(phase: str) -> None:
-    pytest.importorskip("llama_cpp")
+@pytest.mark.parametrize(("backend", "options", "module"), BACKENDS)
+def test_cancel_at_random_moments_never_breaks_a_session(phase: str, backend: str,
+                                                         options: dict, module: str) -> None:
+    pytest.importorskip(module)
     rng = random.Random(1)
     outcomes = {"finished": 0, "cancelled": 0}
-    with open_stream(TINY_BUNDLE, backend="llama.cpp", threads=1, context_size=4096,
-                     batch_size=64, ignore_eos=True, max_tokens=3000,
+    with open_stream(TINY_BUNDLE, backend=backend, options=options, threads=1,
+                     context_size=4096, batch_size=32, ignore_eos=True, max_tokens=3000,
                      tokens_per_step=3000) as stream:
         s = stream.session
+        n_long = min(3000, s.context_size - 8)
         long_ids = (s.tokenize("the quick brown fox jumps over the lazy dog " * 200,
-                               add_special=False))[:3000]
-        for _ in range(40):
+                               add_special=False))[:n_long]
+        for _ in range(30):
             s.reset()
             if phase == "decode":
                 s.prefill(CASE["prompt_ids"])
-            timer = threading.Timer(rng.uniform(0, 0.02), s.cancel)
+            timer = threading.Timer(rng.uniform(0, 0.01), s.cancel)
             timer.start()
             try:
                 if phase == "prefill":
@@ -118,7 +128,8 @@ def test_cancel_at_random_moments_never_breaks_a_session(phase: str) -> None:
             s.reset()
             s.prefill(CASE["prompt_ids"])
             assert list(s.next(32).tokens) == CASE["continuation_ids"]
-    assert outcomes["cancelled"] > 0, outcomes
+    assert outcomes["cancelled"] + outcomes["finished"] == 30
+    assert outcomes["cancelled"] > 0 or s.context_size < 1024, outcomes
 
 
 def test_cancel_races_on_the_scripted_backend_too(tmp_path: Path) -> None:
