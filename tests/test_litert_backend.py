@@ -124,6 +124,80 @@ def test_token_exact_greedy_matches_oracle_through_the_seam(case: dict, options:
     assert got == case["continuation_ids"]
 
 
+# ------------------------------------------------------------------------- n-gram drafter
+
+
+def _greedy(options: dict, ids: list[int], n: int, **cfg: Any) -> tuple[list[int], int, int]:
+    with open_stream(TINY_BUNDLE, backend="litert-lm", max_tokens=n, ignore_eos=True,
+                     threads=1, options=options, **cfg) as stream:
+        stream.prefill(ids)
+        steps = list(stream)
+    for st in steps:
+        assert 0 <= st.accepted <= st.drafted
+    return ([t for st in steps for t in st.tokens], sum(st.drafted for st in steps),
+            sum(st.accepted for st in steps))
+
+
+@pytest.mark.parametrize("options", [INTERP, COMPILED], ids=["interpreter", "compiled"])
+def test_ngram_drafter_keeps_greedy_output_on_every_oracle_prompt(options: dict) -> None:
+    drafted_total = 0
+    for case in ORACLE["prompts"]:
+        n = len(case["continuation_ids"])
+        assert _greedy(options, case["prompt_ids"], n)[0] == case["continuation_ids"]
+        for k in (1, 4, 8):
+            got, drafted, accepted = _greedy(options, case["prompt_ids"], n, drafter="ngram",
+                                             draft_length=k)
+            assert got == case["continuation_ids"], (case["name"], k)
+            assert accepted <= drafted
+            drafted_total += drafted
+    assert drafted_total > 0
+
+
+def test_ngram_drafter_accepts_a_repeated_continuation() -> None:
+    """Prompt + continuation + prompt: the drafter finds something to propose and the target
+    accepts some of it (real counts, verified through decode)."""
+    case = ORACLE["prompts"][0]
+    ids, cont = case["prompt_ids"], case["continuation_ids"]
+    repeat = ids + cont + ids[1:]
+    plain = _greedy(INTERP, repeat, 24)[0]
+    got, drafted, accepted = _greedy(INTERP, repeat, 24, drafter="ngram", draft_length=6)
+    assert got == plain
+    assert drafted > 0 and 0 < accepted <= drafted
+
+
+def test_ngram_drafter_survives_reset_keep_and_slots(tmp_path: Path) -> None:
+    """_truncate / _reset / restore keep the drafter's index in step with the history."""
+    case = ORACLE["prompts"][1]
+    ids = case["prompt_ids"]
+    with open_stream(TINY_BUNDLE, backend="litert-lm", max_tokens=16, ignore_eos=True,
+                     threads=1, options=INTERP) as plain:
+        plain.prefill(ids)
+        want = [t for st in plain for t in st.tokens]
+    with open_stream(TINY_BUNDLE, backend="litert-lm", max_tokens=16, ignore_eos=True,
+                     threads=1, options=INTERP, drafter="ngram", draft_length=4) as s:
+        s.prefill(ids + ids[1:])  # something to look up, then rewind past it
+        list(s)
+        assert s.session.reset_keep(len(ids) - 1) == len(ids) - 1
+        s.prefill(ids[-1:])
+        assert [t for st in s for t in st.tokens] == want
+        s.session.reset()
+        s.prefill(ids)
+        s.session.save_slot(tmp_path / "slot.bin")
+        first = [t for st in s for t in st.tokens]
+        assert first == want
+        s.session.restore_slot(tmp_path / "slot.bin")
+        assert [t for st in s for t in st.tokens] == want
+
+
+def test_drafter_refuses_sampling_and_draft_models() -> None:
+    with pytest.raises(UnsupportedOperationError, match="greedy-only"):
+        open_stream(TINY_BUNDLE, backend="litert-lm", drafter="ngram", temperature=0.8,
+                    top_k=40, threads=1, options=INTERP)
+    with pytest.raises(UnsupportedOperationError):
+        open_stream(TINY_BUNDLE, backend="litert-lm", drafter="model", threads=1,
+                    options=INTERP)
+
+
 def test_interpreter_equals_the_tflite_used_directly() -> None:
     from direct_runtimes import tflite_greedy
 

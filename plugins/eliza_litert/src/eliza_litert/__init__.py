@@ -44,9 +44,9 @@ __version__ = "0.1.0"
 #: Measured with benchmarks/bench_litert.py on the tiny bundle (1 thread, 2-core x86_64 CPU
 #: host, medians of interleaved runs; see the README): decode tok/s of the token-exact
 #: interpreter session and of llama.cpp, both through the seam. The CPU rung's rank reason.
-CPU_EVIDENCE = ("measured decode on the tiny bundle, 1 thread, x86_64: LiteRT 0.33-0.58x "
-                "llama.cpp's tok/s (interpreter, compiled model and engine), "
-                "benchmarks/bench_litert.py")
+CPU_EVIDENCE = ("measured decode on x86_64 CPU: LiteRT 0.33-0.58x llama.cpp's tok/s on the "
+                "tiny bundle (benchmarks/bench_litert.py) and 0.56-0.67x on an 87M-parameter "
+                "llama at 1-2 threads (benchmarks/bench_litert_realistic.py)")
 #: Rank on the CPU rung: below llama.cpp (0), because LiteRT measured slower there.
 CPU_RANK = -10
 

@@ -15,7 +15,11 @@ LiteRT-LM's Python API takes text and streams text, so this session translates:
 
 Limits, declared in :attr:`capabilities`: no token-level input, no slots, no prefix reuse
 (``reset_keep`` is a full reset), cancel only between streamed chunks, sampling by the engine
-(temperature, top-k, top-p, seed; no min-p, no repeat penalty), ``ignore_eos`` not honoured.
+(temperature, top-k, top-p, seed; no min-p, no repeat penalty), ``ignore_eos`` not honoured,
+no drafter (``drafters={"none"}``): LiteRT-LM's Python API has an on/off
+``enable_speculative_decoding`` switch but reports no drafted/accepted counts (its
+``BenchmarkInfo`` has token counts and tokens/s only), so steps carry ``drafted = accepted = 0``
+and the engine keeps the model's default speculative setting.
 
 The engine (weights, compiled caches) is shared through the inference context with a cache
 directory the context owns (a temporary directory unless the ``cache_dir`` option names one).

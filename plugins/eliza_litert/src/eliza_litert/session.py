@@ -15,6 +15,16 @@ Decoding is lazy by one token, like the llama.cpp session: the sampled token is 
 ``decode`` at the start of the next step, so the first token after a prefill is sampled from the
 prefill's logits.
 
+Speculative decoding (``drafter="ngram"``, greedy only) drafts with the core's
+:class:`~eliza_backends.speculative.NgramDrafter` and verifies through ``decode`` one position
+at a time, stopping at the first disagreement (:func:`~eliza_backends.speculative.accept_greedy`
+asks for the target's token after ``[last, d1..di]`` only once ``d1..d(i-1)`` agreed, so only
+accepted drafts are ever written into the KV cache and a rejection needs no rollback). The
+litert-torch export's ``prefill_<N>`` signatures return no logits and its ``decode`` takes one
+token, so there is no batched verification here: the output is identical and the per-step
+drafted/accepted counts are real, but a round costs one ``decode`` per produced token, exactly
+like decoding without a drafter (see the plugin README for the numbers).
+
 The interpreter (the weights) is shared between sessions through the inference context and is
 not thread-safe: every invoke holds the model's lock. Each session owns its own KV arrays.
 """
@@ -41,10 +51,12 @@ from eliza_backends import (
     Session,
     SlotError,
     StreamConfig,
+    UnsupportedOperationError,
 )
 from eliza_backends.hf_tokenizer import HFTokenizer
 from eliza_backends.sampling import Sampler
 from eliza_backends.slots import fingerprint_artifact
+from eliza_backends.speculative import Drafter, NgramDrafter, accept_greedy
 
 from . import LiteRTOptions
 from .container import LlmMetadata, check_tflite, read_container
@@ -304,12 +316,21 @@ def _default_threads() -> int:
 def open_session(context: InferenceContext, config: StreamConfig, options: LiteRTOptions,
                  path: Path, rung: Rung) -> LiteRTSession:
     """Load (or reuse) the interpreter on ``context`` and open a session on it."""
+    if config.drafter == "model":
+        raise UnsupportedOperationError(
+            "the LiteRT token-exact session has no draft-model drafter (capabilities.drafters "
+            "is none, ngram): use drafter='ngram', or backend llama.cpp / mlx for a draft model")
+    if config.drafter != "none" and (not config.greedy or config.repeat_penalty != 1.0):
+        raise UnsupportedOperationError(
+            "LiteRT speculative decoding is greedy-only here: use temperature=0 and "
+            "repeat_penalty=1 with a drafter, or drafter='none' to sample")
     threads = config.threads or _default_threads()
     runtime = options.runtime
     accel = rung.engine_backend if runtime == "compiled" else "cpu"
     key = ("litert-lm", runtime, str(path), threads, accel)
     model = context.shared(key, lambda: load_model(path, threads, runtime, accel))
-    return LiteRTSession(model, config, context, rung)
+    drafter = NgramDrafter(max_n=config.ngram_size) if config.drafter == "ngram" else None
+    return LiteRTSession(model, config, context, rung, drafter)
 
 
 class LiteRTSession(Session):
@@ -319,8 +340,10 @@ class LiteRTSession(Session):
     backend_name = "litert-lm"
 
     def __init__(self, model: LoadedModel, config: StreamConfig,
-                 context: InferenceContext | None, rung: Rung) -> None:
+                 context: InferenceContext | None, rung: Rung,
+                 drafter: Drafter | None = None) -> None:
         self._model = model
+        self._drafter = drafter
         # the Interpreter runs on XNNPACK (CPU) whatever the rung; the compiled model on the rung
         self.accelerator = "cpu" if model.runtime == "interpreter" else rung.engine_backend
         self.ladder_rung = rung.name
@@ -365,7 +388,8 @@ class LiteRTSession(Session):
     @property
     def capabilities(self) -> Capabilities:
         return Capabilities(token_input=True, prefix_reuse=True, slots=True,
-                            cancel_prefill=False, sampling=True)
+                            cancel_prefill=False, sampling=True,
+                            drafters=frozenset({"none", "ngram"}))
 
     # ------------------------------------------------------------------ model calls
 
@@ -418,6 +442,8 @@ class LiteRTSession(Session):
         self._pending = []
 
     def _decode(self, max_tokens: int) -> Decoded:
+        if self._drafter is not None:
+            return self._decode_speculative(max_tokens)
         out: list[int] = []
         eog = self._model.eog
         stop_at_eog = not self.config.ignore_eos
@@ -447,13 +473,64 @@ class LiteRTSession(Session):
                 break
         return Decoded(out)
 
+    def _flush_pending(self) -> None:
+        """Feed the history tokens the KV cache does not hold yet; leaves their logits."""
+        pending = self._pending
+        if len(pending) > 1:  # after restore_slot / reset_keep beyond the cache
+            self._run_prefill(pending[:-1])
+        self._run_decode(pending[-1])
+        self._pending = []
+
+    def _decode_speculative(self, max_tokens: int) -> Decoded:
+        """Rounds of: draft k tokens from the sequence (n-gram lookup), verify them through
+        ``decode`` one position at a time, keep the agreeing prefix plus the target's own next
+        token. Greedy, so the output equals decoding without a drafter token for token."""
+        assert self._drafter is not None
+        drafter = self._drafter
+        eog = self._model.eog
+        stop_at_eog = not self.config.ignore_eos
+        seq = list(self._history)
+        out: list[int] = []
+        drafted = accepted = 0
+
+        def target(i: int) -> int:
+            # the token after [last, d1..di]; called only when d1..d(i-1) were accepted, so
+            # feeding d_i here writes an accepted token at the next position: no rollback
+            if i > 0:
+                self._raise_if_cancelled()
+                self._run_decode(drafts[i - 1])
+            return int(self._logits.argmax())
+
+        def is_end(tok: int) -> bool:
+            return stop_at_eog and tok in eog
+
+        while len(out) < max_tokens:
+            self._raise_if_cancelled()
+            if self._pending:
+                self._flush_pending()
+            k = min(self.config.draft_length, max_tokens - len(out) - 1)
+            drafts = drafter.propose(seq, k) if k > 0 else []
+            produced, n_ok = accept_greedy(drafts, target, is_end)
+            self._pending = [produced[-1]]
+            out.extend(produced)
+            seq.extend(produced)
+            drafted += len(drafts)
+            accepted += n_ok
+            if is_end(produced[-1]):
+                break
+        return Decoded(out, drafted, accepted)
+
     def _reset(self) -> None:
+        if self._drafter is not None:
+            self._drafter.truncate(0)
         self._n_kv = 0
         self._pending = []
         self._logits = None
         self._sampler.reset()
 
     def _truncate(self, n_keep: int) -> bool:
+        if self._drafter is not None:
+            self._drafter.truncate(n_keep)
         if n_keep <= self._n_kv:
             self._n_kv = n_keep  # slots >= n_keep are overwritten before anything reads them
             self._pending = []
@@ -514,6 +591,8 @@ class LiteRTSession(Session):
             raise SlotError(f"slot says {n_kv} cached tokens for a history of {len(tokens)}")
         self._kv.load(cache)
         self._sampler.reset()
+        if self._drafter is not None:
+            self._drafter.truncate(0)
         self._n_kv = n_kv
         self._pending = list(tokens[n_kv:])
         self._logits = None
@@ -523,6 +602,9 @@ class LiteRTSession(Session):
         # the first next() feeds the pending tokens (cheap restore; no cancel check here)
 
     def _close(self) -> None:
+        if self._drafter is not None:
+            self._drafter.close()
+            self._drafter = None
         self._kv.close()
         self._logits = None
 
