@@ -110,8 +110,9 @@ def run_minimal(bundle: Path, n_prompt: int, n_gen: int, threads: int) -> dict[s
     ctx = lc.llama_init_from_model(model, cp)
     vocab = lc.llama_model_get_vocab(model)
     text = (PROMPT * 200).encode()
-    buf = (lc.llama_token * (len(text) + 8))()
-    n = lc.llama_tokenize(vocab, text, len(text), buf, len(buf), True, True)
+    n = -lc.llama_tokenize(vocab, text, len(text), None, 0, True, True)  # size query
+    buf = (lc.llama_token * n)()
+    n = lc.llama_tokenize(vocab, text, len(text), buf, n, True, True)
     ids = list(buf[:n])[:n_prompt]
     smpl = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
     lc.llama_sampler_chain_add(smpl, lc.llama_sampler_init_greedy())

@@ -13,8 +13,9 @@ alike, and the table reports medians:
 * **stream_generate**: ``mlx_lm.stream_generate(model, tokenizer, ids, sampler=argmax)`` on the
   same weights, with eos never ending it (``tokenizer.eos_token_ids = ()``).
 
-Time to first token (TTFT) runs from before the prefill to the first token; decode tok/s is
-``(n - 1) / (t_last - t_first)``. Ratios are seam / stream_generate (decode: higher is better;
+Time to first token (TTFT) runs from before the prefill to the first token (with ``--step k``
+the seam's first step holds k tokens, so its TTFT is not comparable then); decode tok/s is
+``(n - first) / (t_last - t_first)``. Ratios are seam / stream_generate (decode: higher is better;
 TTFT: the seam's TTFT speed, i.e. stream_generate TTFT / seam TTFT). The target is >= 0.97.
 
 ``--llama`` adds llama.cpp through the seam on a GGUF of the same shape (the tiny bundle's own

@@ -10,6 +10,7 @@ imports them, in :mod:`eliza_mlx.mlx_session` / :mod:`eliza_mlx.coreml_session`.
 
 from __future__ import annotations
 
+import os
 import sys
 from functools import cached_property
 from pathlib import Path
@@ -40,9 +41,9 @@ COREML_FORMATS = ("mlpackage", "mlmodelc")
 #: Auto-selection rank where mlx runs on a Metal GPU: above llama.cpp's 0.
 RANK_METAL = 10
 #: Rank where mlx only has its CPU (or CUDA) backend: below llama.cpp. Measured on a 2-core
-#: x86_64 Linux host: mlx-lm fp16 CPU decode is ~17x slower than llama.cpp F16 on a 0.85 B
-#: model (0.7 vs 12 tok/s), and its quantized formats slower still; benchmarks/bench_mlx.py
-#: re-measures it on the tiny bundle.
+#: x86_64 Linux host (benchmarks/bench_mlx.py --llama): llama.cpp (1 thread) decodes 11x faster
+#: than mlx-lm CPU on the tiny bundle and 14x faster on a 0.85 B-shape fp16/F16 llama (7.0 vs
+#: 0.5 tok/s), with 6-16x shorter time to first token.
 RANK_CPU = -10
 
 
@@ -73,10 +74,10 @@ class MLXFactory(Factory):
     @cached_property
     def _availability(self) -> Availability:
         mlx, coreml = mlx_status(), coreml_status()
-        detail = {f"mlx_{k}": v for k, v in mlx.detail.items()}
+        detail = dict(mlx.detail)
         detail["mlx"] = f"yes ({mlx.device})" if mlx.ok else f"no: {mlx.reason}"
         detail["coreml"] = f"yes ({coreml.device})" if coreml.ok else f"no: {coreml.reason}"
-        detail.update({f"coreml_{k}": v for k, v in coreml.detail.items()})
+        detail.update(coreml.detail)
         if mlx.ok or coreml.ok:
             return Availability(True, "", detail)
         return Availability(False, f"{mlx.reason}; {coreml.reason}", detail)
@@ -87,6 +88,15 @@ class MLXFactory(Factory):
         ``detail`` says which engines work and why the others do not; nothing is imported."""
         return self._availability
 
+    def can_serve(self, bundle_dir: str | os.PathLike[str]) -> bool:
+        """A ``.mlpackage`` / ``.mlmodelc`` (recognised on every host: opening one where Core ML
+        cannot run fails loudly), or an MLX folder unless only Core ML runs here."""
+        if find_artifacts(bundle_dir, COREML_FORMATS):
+            return True
+        if not find_artifacts(bundle_dir, MLX_FORMATS):
+            return False
+        return mlx_status().ok or not coreml_status().ok
+
     def preference_rank(self) -> int:
         mlx, coreml = mlx_status(), coreml_status()
         if (mlx.ok and mlx.device == "metal") or coreml.ok:
@@ -96,15 +106,15 @@ class MLXFactory(Factory):
     def rank_reason(self) -> str:
         mlx, coreml = mlx_status(), coreml_status()
         if mlx.ok and mlx.device == "metal":
-            return f"rank {RANK_METAL}: mlx runs on the Metal GPU, ahead of llama.cpp"
+            return "mlx runs on the Metal GPU, ahead of llama.cpp"
         if coreml.ok:
-            return f"rank {RANK_METAL}: Core ML runs on this Mac, ahead of llama.cpp"
+            return "Core ML runs on this Mac, ahead of llama.cpp"
         if mlx.ok:
-            return (f"rank {RANK_CPU}: no Metal here (mlx {mlx.device} backend), where mlx-lm "
+            return (f"no Metal here (mlx {mlx.device} backend), where mlx-lm "
                     "is measured far slower than llama.cpp; auto-selection prefers llama.cpp "
                     "when it can serve, a hard select (mlx / coreml) still reaches this backend; "
                     f"Core ML: {coreml.reason}")
-        return f"rank {RANK_CPU}: {mlx.reason}"
+        return mlx.reason
 
     def open(self, context: InferenceContext, config: StreamConfig) -> Session:
         options: MLXOptions = self.parse_options(config)
@@ -126,9 +136,11 @@ class MLXFactory(Factory):
                 f"{self.name}: {bundle} ships no .mlpackage / .mlmodelc under text/ for Core ML",
                 code=Status.ERR_CANNOT_SERVE)
         if not coreml.ok:
+            hint = ("ship an MLX folder or a GGUF for this host" if options.engine == "auto"
+                    else "use engine='mlx' or another backend on this host")
             raise BackendSelectionError(
-                f"{self.name}: {bundle} ships only a Core ML model here, and {coreml.reason}. "
-                "Core ML prediction needs macOS; ship an MLX folder or a GGUF for this host",
+                f"{self.name}: the Core ML model in {bundle} cannot run here: {coreml.reason}. "
+                f"Core ML prediction needs macOS; {hint}",
                 code=Status.ERR_BACKEND_UNAVAILABLE)
         from .coreml_session import open_session as open_coreml  # pragma: no cover - macOS
 

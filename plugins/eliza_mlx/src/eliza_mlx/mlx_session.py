@@ -1,21 +1,26 @@
 """The MLX session on mlx-lm: a model loaded once per context, one prompt cache per session.
 
-Prefill runs ``config.batch_size``-token chunks through the model into the session's prompt
-cache (``make_prompt_cache``), checking for ``cancel()`` between chunks, and leaves the logits
-of the last token. Decoding samples with mlx-lm's sampler and logits processors built from the
-:class:`StreamConfig`.
+Prefill runs the prompt through the model into the session's prompt cache
+(``make_prompt_cache``) the way mlx-lm's ``generate_step`` does: every token but the last in
+``config.batch_size``-token chunks, evaluated one by one with ``cancel()`` checked between them,
+then the last token alone, whose logits give the first sample. Sampling uses mlx-lm's
+``make_sampler`` and logits processors built from the :class:`StreamConfig`.
 
-Decoding feeds ahead, the way mlx-lm's ``generate_step`` pipelines: as soon as a token is
-sampled (lazily), its forward pass and the sampling of the token after it are queued with
-``mx.async_eval`` *before* Python waits for the token's value, so the model computes while the
-core assembles text. A step of n tokens costs n forward passes; the first token after a prefill
-is sampled straight from the prefill's logits. The prompt cache therefore always holds the
-whole :attr:`Session.history` after a step (one extra token is computed at the end of a
-stream, as ``generate_step`` does too).
+Decoding feeds ahead, as ``generate_step`` pipelines: once a token is sampled (lazily), its
+forward pass and the sampling of the token after it are queued with ``mx.async_eval`` *before*
+Python waits for the token's value, so the model computes while the core assembles text. Prefill
+already queues the first token's forward pass (``_ahead``; taken back out of the cache with a
+trim if a prefill, rewind or save comes first). A step of n tokens costs n forward passes; the
+first token after a prefill is sampled straight from the prefill's logits. The prompt cache
+holds the whole :attr:`Session.history` after a step, except when the step surely ends the
+stream (the ``max_tokens`` budget or the context window): its last token is then kept back
+(``_pending``) and fed with the next prefill, so no forward pass is spent on a token nothing
+follows (an end-of-generation token cannot be foreseen and is fed ahead like any other).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import struct
@@ -23,10 +28,9 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import mlx.core as mx  # type: ignore[import-not-found,unused-ignore]
-import mlx_lm  # type: ignore[import-not-found,unused-ignore]
 from mlx_lm.models.cache import (  # type: ignore[import-not-found,unused-ignore]
     can_trim_prompt_cache,
     load_prompt_cache,
@@ -56,7 +60,8 @@ from eliza_backends.slots import fingerprint_artifact
 
 from .probe import MLXFolder, check_mlx_folder
 
-RUNTIME = f"mlx {mx.__version__} / mlx-lm {mlx_lm.__version__}"
+RUNTIME = (f"mlx {importlib.metadata.version('mlx')} / "
+           f"mlx-lm {importlib.metadata.version('mlx-lm')}")
 #: Compute runs on its own stream per thread, as in mlx-lm's generate_step.
 _STREAM = mx.new_thread_local_stream(mx.default_device())
 _SLOT_MAGIC = b"ELZMLX01"
@@ -75,6 +80,7 @@ class LoadedMLX:
     bos: int | None
     add_bos: bool
     chat_template: str | None
+    template_tokens: dict[str, str]
     _fingerprint: str | None = None
 
     @property
@@ -145,7 +151,9 @@ def load_weights(folder: MLXFolder) -> LoadedMLX:
         template = tok_config["chat_template"]
     return LoadedMLX(folder=folder, model=model, tokenizer=tokenizer, vocab_size=vocab,
                      eog=frozenset(t for t in eog if 0 <= t < vocab), bos=bos, add_bos=add_bos,
-                     chat_template=template)
+                     chat_template=template,
+                     template_tokens={k: v for k, v in (("bos_token", bos_text),
+                                                         ("eos_token", eos_text)) if v})
 
 
 def open_session(context: InferenceContext, config: StreamConfig, path: Path) -> MLXSession:
@@ -157,6 +165,12 @@ def open_session(context: InferenceContext, config: StreamConfig, path: Path) ->
     folder = check_mlx_folder(path)
     loaded = context.shared(("mlx", str(path)), lambda: load_weights(folder))
     return MLXSession(loaded, config, context)
+
+
+def _trim(cache: list[Any], n: int) -> int:
+    """Trim ``n`` tokens off every layer; how many were trimmed (mlx-lm annotates the return
+    value of ``trim_prompt_cache`` as a list, but it is the count)."""
+    return int(cast(Any, trim_prompt_cache(cache, n)))
 
 
 def _greedy(logits: Any) -> Any:
@@ -173,6 +187,7 @@ class MLXSession(Session):
         self._loaded = loaded
         self._model = loaded.model
         self._cache: list[Any] = make_prompt_cache(loaded.model)
+        self._trimmable = bool(can_trim_prompt_cache(self._cache))
         self._greedy = config.greedy
         self._sampler: Callable[[Any], Any] = _greedy if config.greedy else make_sampler(
             temp=config.temperature, top_p=config.top_p, min_p=config.min_p,
@@ -184,7 +199,11 @@ class MLXSession(Session):
             self._processors = make_logits_processors(
                 repetition_penalty=config.repeat_penalty,
                 repetition_context_size=config.repeat_last_n)
-        self._n_kv = 0  # positions in the prompt cache (== len(history) between calls)
+        self._n_kv = 0  # positions in the prompt cache (len(history), or one less: _pending)
+        self._pending: int | None = None  # the stream's last token, not fed (nothing follows)
+        # (token, logits it was sampled from): prefill already queued the forward pass of the
+        # first token to come, which is in the cache but not yet in the history
+        self._ahead: tuple[Any, Any] | None = None
         self._logits: Any = None  # logits after the last cached token, shape (1, vocab)
         self._y: Any = None  # the next token, sampled (lazily) from _logits
         self._stale = False  # the cache could not be rolled back: only reset() helps
@@ -213,6 +232,11 @@ class MLXSession(Session):
     def chat_template(self) -> str | None:
         """The folder's chat template (chat_template.jinja or tokenizer_config.json)."""
         return self._loaded.chat_template
+
+    @property
+    def template_tokens(self) -> dict[str, str]:
+        """``bos_token`` / ``eos_token`` texts from tokenizer_config.json."""
+        return dict(self._loaded.template_tokens)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -244,7 +268,7 @@ class MLXSession(Session):
         if not self._greedy:
             logits = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         self._y = self._sampler(logits)
-        mx.async_eval(self._y)
+        mx.async_eval(self._y)  # type: ignore[no-untyped-call,unused-ignore]
 
     # ------------------------------------------------------------------ hooks
 
@@ -252,31 +276,60 @@ class MLXSession(Session):
         if self._stale:
             raise BackendRuntimeError("the MLX prompt cache was lost by an interrupted call; "
                                       "call reset() before prefilling again")
+        self._undo_ahead()
         model, cache, step = self._model, self._cache, self.config.batch_size
         start = self._n_kv
         history = list(self._history)
+        feed = token_ids if self._pending is None else [self._pending, *token_ids]
+        # As generate_step: every token but the last in chunks (evaluated, cancel between
+        # them), then the last token alone, whose logits give the first sample.
+        body, last = feed[:-1], feed[-1:]
         try:
             with mx.stream(_STREAM):
-                for off in range(0, len(token_ids), step):
+                for off in range(0, len(body), step):
                     self._raise_if_cancelled()
-                    chunk = token_ids[off:off + step]
-                    out = model(mx.array(chunk, dtype=mx.uint32)[None], cache=cache)
+                    chunk = body[off:off + step]
+                    model(mx.array(chunk, dtype=mx.uint32)[None], cache=cache)
                     self._n_kv = start + off + len(chunk)
-                    if off + step < len(token_ids):
-                        mx.eval([c.state for c in cache])
-                        continue
-                    tail = self._tail(history + token_ids) if self._processors else None
-                    self._launch(out[:, -1, :], tail)
+                    mx.eval([c.state for c in cache])
+                    mx.clear_cache()  # as generate_step: drop the chunk's temporaries
+                self._raise_if_cancelled()
+                out = model(mx.array(last, dtype=mx.uint32)[None], cache=cache)
+                self._n_kv += 1
+                tail = self._tail(history + token_ids) if self._processors else None
+                self._launch(out[:, -1, :], tail)
+                if self._trimmable:  # queue the first token's forward pass now, as
+                    y, logits = self._y, self._logits  # generate_step does (undone by
+                    nxt = model(y[None], cache=cache)[:, -1, :]  # _undo_ahead)
+                    self._n_kv += 1
+                    self._launch(nxt, self._tail(history + token_ids, y)
+                                 if self._processors else None)
+                    self._ahead = (y, logits)
+                    mx.eval(y)
+                else:
                     mx.eval(self._y)
         except BaseException:
             self._rollback(start)
             raise
+        self._pending = None
+
+    def _undo_ahead(self) -> None:
+        """Take the token prefill fed ahead back out of the cache (nothing consumed it)."""
+        if self._ahead is None:
+            return
+        y, logits = self._ahead
+        self._ahead = None
+        if _trim(self._cache, 1) != 1:
+            self._stale = True
+            return
+        self._n_kv -= 1
+        self._y, self._logits = y, logits  # (a sampler draw was spent: deterministic still)
 
     def _rollback(self, n: int) -> None:
         self._logits = self._y = None
         extra = self._n_kv - n
         if extra > 0:
-            if can_trim_prompt_cache(self._cache) and trim_prompt_cache(self._cache, extra) == extra:
+            if can_trim_prompt_cache(self._cache) and _trim(self._cache, extra) == extra:
                 self._n_kv = n
             else:
                 self._stale = True
@@ -287,17 +340,32 @@ class MLXSession(Session):
         eog = self._loaded.eog
         stop_at_eog = not self.config.ignore_eos
         processors = bool(self._processors)
+        # The stream surely ends after this step (budget or context): its last token is not fed
+        # ahead, it waits in _pending for a prefill that continues the sequence.
+        ends = max_tokens >= self.config.max_tokens - self._generated or \
+            len(self._history) + max_tokens >= self.context_size
         with mx.stream(_STREAM):
             for i in range(max_tokens):
                 if i and cancel.is_set():
                     self._raise_if_cancelled()
-                y = self._y
-                logits = model(y[None], cache=cache)[:, -1, :]
-                self._n_kv += 1
-                tail = self._tail(self._history + out, y) if processors else None
-                self._launch(logits, tail)
-                tok = y.item()
+                if self._ahead is not None:  # prefill queued this token's forward pass
+                    y, self._ahead = self._ahead[0], None
+                    tok = y.item()
+                else:
+                    y = self._y
+                    if ends and i == max_tokens - 1:
+                        tok = y.item()
+                        out.append(tok)
+                        self._pending, self._y, self._logits = tok, None, None
+                        break
+                    logits = model(y[None], cache=cache)[:, -1, :]
+                    self._n_kv += 1
+                    tail = self._tail(self._history + out, y) if processors else None
+                    self._launch(logits, tail)
+                    tok = y.item()
                 out.append(tok)
+                if not self._n_kv & 255:
+                    mx.clear_cache()  # as generate_step, every 256 tokens
                 if stop_at_eog and tok in eog:
                     break
         return Decoded(out)
@@ -305,21 +373,26 @@ class MLXSession(Session):
     def _reset(self) -> None:
         self._cache = make_prompt_cache(self._model)
         self._n_kv = 0
+        self._pending = self._ahead = None
         self._logits = self._y = None
         self._stale = False
         self._seed()
 
     def _truncate(self, n_keep: int) -> bool:
+        self._undo_ahead()
         if self._stale:
             return False
         drop = self._n_kv - n_keep
         if drop > 0:
             if not can_trim_prompt_cache(self._cache):
                 return False
-            if trim_prompt_cache(self._cache, drop) != drop:
+            if _trim(self._cache, drop) != drop:
                 return False
             self._n_kv = n_keep
-        elif drop < 0:
+            self._pending = None
+        elif drop == 0:
+            self._pending = None
+        elif not (drop == -1 and self._pending is not None):  # else: keep the pending token
             return False
         self._logits = self._y = None
         self._seed()
@@ -338,6 +411,15 @@ class MLXSession(Session):
 
     def _save_state(self) -> bytes:
         """mlx-lm's prompt-cache safetensors file, plus the logits of the last token."""
+        self._undo_ahead()
+        if self._pending is not None and not self._stale:  # feed the stream's last token
+            with mx.stream(_STREAM):
+                out = self._model(mx.array([self._pending], dtype=mx.uint32)[None],
+                                  cache=self._cache)
+                self._n_kv += 1
+                self._pending = None
+                self._logits = out[:, -1, :]
+                mx.eval(self._logits)
         if self._stale or self._n_kv != len(self._history):
             raise SlotError("the MLX prompt cache does not match the history (interrupted "
                             "call); reset() or prefill again before saving")
@@ -345,7 +427,7 @@ class MLXSession(Session):
             if not can_trim_prompt_cache(self._cache):
                 raise SlotError("this model's cache cannot be trimmed; prefill before saving")
             with mx.stream(_STREAM):
-                trim_prompt_cache(self._cache, 1)
+                _trim(self._cache, 1)
                 out = self._model(mx.array(self._history[-1:], dtype=mx.uint32)[None],
                                   cache=self._cache)
                 self._logits = out[:, -1, :]
@@ -375,19 +457,24 @@ class MLXSession(Session):
             Path(cache_file).write_bytes(body[:cache_len])
             Path(logits_file).write_bytes(body[cache_len:])
             try:
-                cache = load_prompt_cache(cache_file)
-                logits = mx.load(logits_file)["logits"]
+                cache = load_prompt_cache(cache_file)  # type: ignore[no-untyped-call,unused-ignore]
+                loaded = mx.load(logits_file)
+                if not isinstance(loaded, dict) or "logits" not in loaded:
+                    raise ValueError("no logits in the saved state")
+                logits: Any = loaded["logits"]
                 mx.eval(logits, [c.state for c in cache])
             except Exception as exc:
                 raise SlotError(f"mlx-lm could not read the saved prompt cache: {exc}") from None
         fresh = make_prompt_cache(self._model)
-        if len(cache) != len(fresh) or any(type(a) is not type(b) for a, b in zip(cache, fresh)):
+        if len(cache) != len(fresh) or any(type(a) is not type(b)
+                                            for a, b in zip(cache, fresh, strict=True)):
             raise SlotError("the saved prompt cache does not fit this model's layers")
         offsets = {getattr(c, "offset", n_kv) for c in cache}
         if offsets != {n_kv} or tuple(logits.shape) != (1, self._loaded.vocab_size):
             raise SlotError("the saved prompt cache does not match its token history")
         self._cache = cache
         self._n_kv = n_kv
+        self._pending = self._ahead = None
         self._stale = False
         self._seed()
         with mx.stream(_STREAM):

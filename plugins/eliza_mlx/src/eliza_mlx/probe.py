@@ -53,21 +53,32 @@ def _version_tuple(v: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-def _package_dir(name: str) -> Path | None:
+def _package_dirs(name: str) -> list[Path]:
+    """Every directory of package ``name`` (mlx is a namespace package: any ``mlx/`` folder
+    on sys.path, e.g. a cache directory in the working directory, is one more portion)."""
     try:
         spec = importlib.util.find_spec(name)
     except (ImportError, ValueError):
-        return None
+        return []
     if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
+        return []
+    return [Path(p) for p in spec.submodule_search_locations]
+
+
+def _mlx_dir() -> Path | None:
+    """The portion of the ``mlx`` package that holds the compiled ``mlx.core``."""
+    dirs = _package_dirs("mlx")
+    for d in dirs:
+        if any(d.glob("core.*")):  # core.cpython-*.so / core.*.pyd
+            return d
+    return dirs[0] if dirs else None
 
 
 @lru_cache(maxsize=1)
 def mlx_status() -> RuntimeStatus:
     """Whether mlx-lm can run on this host, decided from files and metadata (cached)."""
-    pkg = _package_dir("mlx")
-    if pkg is None:
+    pkg = _mlx_dir()
+    if pkg is None or not any(pkg.glob("core.*")):
         return RuntimeStatus(False, "mlx is not installed: pip install 'eliza-backends[mlx]'")
     version = _version("mlx") or "?"
     if version != "?" and _version_tuple(version) < MIN_MLX:
@@ -78,7 +89,7 @@ def mlx_status() -> RuntimeStatus:
         return RuntimeStatus(False, "tokenizers is not installed: pip install tokenizers")
     lib_dir = pkg / "lib"
     libs = sorted(p.name for p in lib_dir.glob("libmlx.*")) if lib_dir.is_dir() else []
-    detail = {"mlx": version, "mlx_lm": _version("mlx-lm") or "?"}
+    detail = {"mlx_version": version, "mlx_lm_version": _version("mlx-lm") or "?"}
     if sys.platform == "darwin":
         if platform.machine() != "arm64":
             return RuntimeStatus(False, "mlx runs on Apple silicon only; this Mac is "
@@ -102,7 +113,7 @@ def mlx_status() -> RuntimeStatus:
                              "reinstall them at one version (pip install 'mlx[cpu]==<ver>')",
                              detail=detail)
     cuda = any(d.startswith("mlx-cuda") for d in backends)
-    detail["backend"] = ", ".join(f"{d} {v}" for d, v in backends.items()) or "source build"
+    detail["mlx_backend"] = ", ".join(f"{d} {v}" for d, v in backends.items()) or "source build"
     detail["metal"] = "no"
     return RuntimeStatus(True, device="cuda" if cuda else "cpu", detail=detail)
 
@@ -123,7 +134,7 @@ def coreml_status() -> RuntimeStatus:
                              "'coremltools>=9.0'")
     if _version_tuple(version) < (9, 0):
         return RuntimeStatus(False, f"coremltools {version} is too old: need >=9.0")
-    return RuntimeStatus(True, device="ane", detail={"coremltools": version, "macos": mac})
+    return RuntimeStatus(True, device="ane", detail={"coremltools_version": version, "macos": mac})
 
 
 # -------------------------------------------------------------------------------- MLX folders
@@ -143,15 +154,46 @@ def _read_json(path: Path, what: str) -> dict[str, Any]:
     return data
 
 
-def _positive_int(config: dict[str, Any], key: str) -> int | None:
+def _positive_int(config: dict[str, Any], key: str, where: Path) -> int | None:
     value = config.get(key)
     if value is None and isinstance(config.get("text_config"), dict):
         value = config["text_config"].get(key)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise BundleError(f"config.json: {key} must be a positive integer, got {value!r}")
+        raise BundleError(f"{where}: {key} must be a positive integer, got {value!r}")
     return value
+
+
+def _check_safetensors(path: Path) -> None:
+    """Read a safetensors header (not the data) and check the file holds every tensor."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+            n = int.from_bytes(head, "little") if len(head) == 8 else -1
+            if n <= 0 or n > min(size - 8, 100 << 20):
+                raise BundleError(f"{path} is not a safetensors file (bad header length); "
+                                  "re-copy the MLX folder")
+            header = json.loads(fh.read(n))
+    except OSError as exc:
+        raise BundleError(f"cannot read {path}: {exc.strerror}") from None
+    except (ValueError, UnicodeDecodeError):
+        raise BundleError(f"{path} has a corrupted safetensors header") from None
+    if not isinstance(header, dict):
+        raise BundleError(f"{path} has a corrupted safetensors header")
+    end = 0
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = info.get("data_offsets") if isinstance(info, dict) else None
+        if not (isinstance(offsets, list) and len(offsets) == 2
+                and all(isinstance(o, int) for o in offsets) and 0 <= offsets[0] <= offsets[1]):
+            raise BundleError(f"{path}: tensor {name!r} has no valid data_offsets")
+        end = max(end, offsets[1])
+    if 8 + n + end > size:
+        raise BundleError(f"{path} is truncated: its tensors need {8 + n + end} bytes, the "
+                          f"file has {size}; re-copy the MLX folder")
 
 
 @dataclass(frozen=True)
@@ -181,12 +223,14 @@ def check_mlx_folder(path: Path) -> MLXFolder:
         raise BundleError(f"{path / 'config.json'} asks mlx-lm to import custom model code "
                           f"({config['model_file']!r}); bundles may not run code, convert the "
                           "model to a built-in mlx-lm architecture")
-    vocab = _positive_int(config, "vocab_size")
+    vocab = _positive_int(config, "vocab_size", path / "config.json")
     if vocab is None:
         raise BundleError(f"{path / 'config.json'} has no vocab_size")
     weights = tuple(sorted(path.glob("*.safetensors")))
     if not weights:
         raise BundleError(f"MLX folder {path} has no *.safetensors weights")
+    for weight in weights:
+        _check_safetensors(weight)
     index = path / "model.safetensors.index.json"
     if index.is_file():
         weight_map = _read_json(index, "").get("weight_map", {})
@@ -200,7 +244,8 @@ def check_mlx_folder(path: Path) -> MLXFolder:
         raise BundleError(f"MLX folder {path} has no tokenizer.json (this backend tokenizes "
                           "with the Hugging Face tokenizer file)")
     return MLXFolder(path=path, config=config, model_type=model_type, vocab_size=vocab,
-                     max_positions=_positive_int(config, "max_position_embeddings"),
+                     max_positions=_positive_int(config, "max_position_embeddings",
+                                                 path / "config.json"),
                      weight_files=weights)
 
 

@@ -1,0 +1,429 @@
+"""The MLX / Core ML backend (plugins/eliza_mlx) on the tiny bundle: the conformance kit, oracle
+parity through the seam, the seam against mlx-lm used directly, Core ML gating off macOS, the
+host-aware rank through ``explain()``, honest availability, and MLX folder validation."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from conftest import TINY_BUNDLE
+
+pytest.importorskip("mlx.core")
+pytest.importorskip("mlx_lm")
+
+import eliza_mlx
+from eliza_mlx import MLXFactory
+from eliza_mlx.probe import RuntimeStatus, check_mlx_folder
+
+from eliza_backends import (
+    BackendSelectionError,
+    BundleError,
+    CancelledError,
+    Factory,
+    InferenceContext,
+    SlotError,
+    Status,
+    StreamConfig,
+    explain,
+    open_stream,
+    select,
+)
+from eliza_backends.testing import BackendConformance, generated_tokens, run_to_end
+
+ORACLE = json.loads((TINY_BUNDLE / "oracle.json").read_text())
+MLX_DIR = TINY_BUNDLE / "text" / "tiny-mlx"
+LINUX_ONLY = pytest.mark.skipif(sys.platform == "darwin", reason="Core ML gating is off-macOS")
+
+
+class TestMLXConformance(BackendConformance):
+    @pytest.fixture
+    def factory(self) -> Factory:
+        return MLXFactory()
+
+    @pytest.fixture
+    def bundle_dir(self) -> Path:
+        return TINY_BUNDLE
+
+
+# ------------------------------------------------------------------------------ parity
+
+
+@pytest.mark.parametrize("case", ORACLE["prompts"], ids=lambda c: c["name"])
+def test_greedy_matches_oracle_through_the_seam(case: dict) -> None:
+    n = len(case["continuation_ids"])
+    with open_stream(TINY_BUNDLE, backend="mlx", max_tokens=n, ignore_eos=True,
+                     tokens_per_step=8) as stream:
+        assert stream.backend == "mlx-coreml"
+        stream.prefill(case["prompt_ids"])
+        got = [t for step in stream for t in step.tokens]
+    assert got == case["continuation_ids"]
+
+
+def test_seam_equals_mlx_lm_used_directly() -> None:
+    from direct_runtimes import mlx_greedy
+
+    with open_stream(TINY_BUNDLE, backend="mlx", max_tokens=20, ignore_eos=True) as stream:
+        for case in ORACLE["prompts"][:4]:
+            stream.reset()
+            stream.prefill(case["prompt_ids"])
+            got = [t for step in stream for t in step.tokens]
+            assert got == mlx_greedy(MLX_DIR, case["prompt_ids"], 20)
+
+
+def test_text_prompt_and_chat_template() -> None:
+    with open_stream(TINY_BUNDLE, backend="mlx") as stream:
+        session = stream.session
+        for case in ORACLE["prompts"]:
+            if case["kind"] != "chat":
+                assert session.tokenize(case["text"]) == case["prompt_ids"]
+        assert session.bos_token_id == ORACLE["tokenizer"]["bos_id"]
+        assert session.eog_token_ids == frozenset(ORACLE["tokenizer"]["stop_ids"])
+        assert session.chat_template == ORACLE["tokenizer"]["chat_template"]
+        assert session.template_tokens == {"bos_token": ORACLE["tokenizer"]["bos_token"],
+                                           "eos_token": ORACLE["tokenizer"]["eos_token"]}
+
+
+def test_cancel_between_prefill_chunks_rolls_the_cache_back() -> None:
+    case = ORACLE["prompts"][0]
+    head, rest = case["prompt_ids"][:5], case["prompt_ids"][5:]
+    n = len(case["continuation_ids"])
+    with open_stream(TINY_BUNDLE, backend="mlx", context_size=8192, batch_size=8,
+                     max_tokens=n, ignore_eos=True) as stream:
+        session = stream.session
+        session.prefill(head)
+        junk = (session.tokenize("lorem ipsum dolor ", add_special=False) * 2000)[:8000]
+        timer = threading.Timer(0.05, session.cancel)
+        timer.start()
+        try:
+            session.prefill(junk)
+            pytest.skip("the 8000-token prefill beat a 50 ms timer")
+        except CancelledError:
+            pass
+        finally:
+            timer.join()
+        assert session.history == tuple(head)
+        assert session.reset_keep(len(head)) == len(head)
+        session.prefill(rest)
+        assert generated_tokens(run_to_end(session)) == case["continuation_ids"]
+
+
+def test_small_prefill_chunks_and_async_iteration_agree() -> None:
+    case = ORACLE["prompts"][0]
+
+    async def consume(stream: object) -> list[int]:
+        return [t async for step in stream for t in step.tokens]  # type: ignore[attr-defined]
+
+    with open_stream(TINY_BUNDLE, backend="mlx", max_tokens=32, ignore_eos=True,
+                     batch_size=3) as stream:
+        stream.prefill(case["prompt_ids"])
+        got = asyncio.run(consume(stream))
+    assert got == case["continuation_ids"]
+
+
+def test_sessions_share_one_model_load() -> None:
+    factory = MLXFactory()
+    cfg = StreamConfig(context_size=256, batch_size=64)
+    with InferenceContext(TINY_BUNDLE) as ctx:
+        a = factory.open(ctx, cfg)
+        b = factory.open(ctx, cfg)
+        assert a._model is b._model  # type: ignore[attr-defined]
+
+
+def test_repeat_penalty_and_sampling_run() -> None:
+    case = ORACLE["prompts"][0]
+    outs = []
+    for _ in range(2):
+        with open_stream(TINY_BUNDLE, backend="mlx", max_tokens=16, ignore_eos=True,
+                         temperature=0.8, top_k=40, top_p=0.9, min_p=0.05,
+                         repeat_penalty=1.3, seed=3) as stream:
+            stream.prefill(case["prompt_ids"])
+            outs.append([t for step in stream for t in step.tokens])
+    assert outs[0] == outs[1] and len(outs[0]) == 16
+    with open_stream(TINY_BUNDLE, backend="mlx", max_tokens=16, ignore_eos=True,
+                     repeat_penalty=5.0, tokens_per_step=4) as stream:
+        stream.prefill(case["prompt_ids"])
+        penalised = [t for step in stream for t in step.tokens]
+    assert penalised != case["continuation_ids"][:16]
+
+
+def test_slot_is_refused_by_another_backend(tmp_path: Path) -> None:
+    slot = tmp_path / "mlx.slot"
+    with open_stream(TINY_BUNDLE, backend="mlx") as stream:
+        stream.prefill(ORACLE["prompts"][0]["prompt_ids"])
+        stream.session.save_slot(slot)
+    with open_stream(TINY_BUNDLE, backend="llama.cpp", threads=1) as other, \
+            pytest.raises(SlotError, match="mlx-coreml"):
+        other.session.restore_slot(slot)
+
+
+def test_slot_after_reset_keep_continues_identically(tmp_path: Path) -> None:
+    case = ORACLE["prompts"][1]
+    ids = case["prompt_ids"]
+    slot = tmp_path / "kept.slot"
+    with open_stream(TINY_BUNDLE, backend="mlx", max_tokens=8, ignore_eos=True) as stream:
+        stream.prefill([*ids, 7, 8, 9])
+        run_to_end(stream.session)
+        assert stream.reset_keep(len(ids)) == len(ids)
+        stream.session.save_slot(slot)
+    with open_stream(TINY_BUNDLE, backend="mlx", max_tokens=32, ignore_eos=True) as stream:
+        stream.session.restore_slot(slot)
+        assert generated_tokens(run_to_end(stream.session)) == case["continuation_ids"]
+
+
+# ------------------------------------------------------------------------------ selection
+
+
+def test_rank_rule_prefers_llama_cpp_on_a_cpu_host() -> None:
+    if eliza_mlx.mlx_status().device == "metal":
+        pytest.skip("this host has Metal: mlx ranks above llama.cpp here")
+    factory = MLXFactory()
+    assert factory.preference_rank() < 0
+    report = explain(TINY_BUNDLE)
+    assert report.chosen == "llama.cpp"
+    row = next(c for c in report.candidates if c.name == "mlx-coreml")
+    assert row.verdict == "below-llama.cpp"
+    assert "Metal" in row.reason and "llama.cpp" in row.reason
+    assert row.detail["mlx"].startswith("yes")
+    assert select(TINY_BUNDLE, backend="mlx").name == "mlx-coreml"
+    assert select(TINY_BUNDLE, backend="MLX-CoreML").name == "mlx-coreml"
+
+
+def test_rank_rule_prefers_mlx_where_metal_is_present(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(eliza_mlx, "mlx_status",
+                        lambda: RuntimeStatus(True, device="metal", detail={"metal": "yes"}))
+    assert MLXFactory().preference_rank() > 0
+    report = explain(TINY_BUNDLE)
+    assert report.chosen == "mlx-coreml"
+    row = next(c for c in report.candidates if c.name == "mlx-coreml")
+    assert "Metal" in row.reason or "highest rank" in row.reason
+
+
+def test_mlx_only_bundle_auto_selects_mlx(tmp_path: Path) -> None:
+    bundle = tmp_path / "mlx-only"
+    shutil.copytree(MLX_DIR, bundle / "text" / "tiny-mlx")
+    case = ORACLE["prompts"][2]
+    with open_stream(bundle, max_tokens=32, ignore_eos=True) as stream:
+        assert stream.backend == "mlx-coreml"
+        stream.prefill(case["prompt_ids"])
+        assert [t for step in stream for t in step.tokens] == case["continuation_ids"]
+
+
+# ------------------------------------------------------------------------------ Core ML gating
+
+
+def _coreml_bundle(root: Path, suffix: str = ".mlpackage") -> Path:
+    pkg = root / "text" / f"model{suffix}"
+    pkg.mkdir(parents=True)
+    (pkg / "Manifest.json").write_text("{}")
+    return root
+
+
+@LINUX_ONLY
+def test_coreml_is_reported_unavailable_with_the_reason() -> None:
+    avail = MLXFactory().available()
+    assert avail  # mlx serves here
+    assert avail.detail["coreml"].startswith("no:")
+    assert "macOS" in avail.detail["coreml"]
+    assert "macOS" in MLXFactory().rank_reason()
+
+
+@LINUX_ONLY
+@pytest.mark.parametrize("suffix", [".mlpackage", ".mlmodelc"])
+def test_coreml_artifacts_are_recognised(tmp_path: Path, suffix: str) -> None:
+    bundle = _coreml_bundle(tmp_path, suffix)
+    assert MLXFactory().can_serve(bundle)
+    assert explain(bundle, backend="coreml").chosen == "mlx-coreml"
+
+
+@LINUX_ONLY
+@pytest.mark.parametrize("backend", ["coreml", "mlx", None])
+def test_coreml_only_bundle_fails_loudly(tmp_path: Path, backend: str | None) -> None:
+    bundle = _coreml_bundle(tmp_path)
+    with pytest.raises(BackendSelectionError, match="Core ML prediction needs macOS") as err:
+        open_stream(bundle, backend=backend)
+    assert err.value.code == Status.ERR_BACKEND_UNAVAILABLE
+
+
+@LINUX_ONLY
+def test_engine_option_coreml_fails_loudly_off_macos() -> None:
+    with pytest.raises(BackendSelectionError, match="Core ML prediction needs macOS") as err:
+        open_stream(TINY_BUNDLE, backend="coreml", options={"coreml": {"engine": "coreml"}})
+    assert err.value.code == Status.ERR_BACKEND_UNAVAILABLE
+
+
+def test_engine_option_coreml_on_an_mlx_only_bundle_is_refused(tmp_path: Path) -> None:
+    shutil.copytree(MLX_DIR, tmp_path / "text" / "tiny-mlx")
+    with pytest.raises(BackendSelectionError, match=r"\.mlpackage") as err:
+        open_stream(tmp_path, backend="coreml", options={"coreml": {"engine": "coreml"}})
+    assert err.value.code == Status.ERR_CANNOT_SERVE
+
+
+# ------------------------------------------------------------------------------ availability
+
+_NO_HEAVY = (
+    "import sys, eliza_backends as eb\n"
+    "rows = {b.name: b for b in eb.list_backends()}\n"
+    "eb.explain(sys.argv[1])\n"
+    "heavy = [m for m in ('mlx', 'mlx.core', 'mlx_lm', 'coremltools') if m in sys.modules]\n"
+    "assert not heavy, heavy\n"
+    "print(rows['mlx-coreml'].available, rows['mlx-coreml'].reason)\n"
+)
+
+
+def test_listing_and_explaining_import_no_runtime() -> None:
+    out = subprocess.run([sys.executable, "-c", _NO_HEAVY, str(TINY_BUNDLE)],
+                         capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.startswith("True")
+
+
+def test_plain_mlx_without_a_backend_is_unavailable(tmp_path: Path) -> None:
+    fake = tmp_path / "mlx"
+    fake.mkdir()
+    (fake / "core.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")  # no lib/libmlx.so
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", _NO_HEAVY, str(TINY_BUNDLE)], env=env,
+                         capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.startswith("False")
+    assert "without a backend library" in out.stdout and "mlx[cpu]" in out.stdout
+
+
+def test_a_stray_mlx_directory_does_not_hide_the_real_one(tmp_path: Path) -> None:
+    (tmp_path / "mlx" / "0.32.4").mkdir(parents=True)  # e.g. a cache dir in the cwd
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", _NO_HEAVY, str(TINY_BUNDLE)], env=env,
+                         capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.startswith("True")
+
+
+# ------------------------------------------------------------------------------ MLX folders
+
+
+def _broken(root: Path, how: str) -> Path:
+    folder = root / "text" / "tiny-mlx"
+    shutil.copytree(MLX_DIR, folder)
+    cfg = folder / "config.json"
+    weights = folder / "model.safetensors"
+    if how == "invalid-json":
+        cfg.write_text("{not json")
+    elif how == "json-list":
+        cfg.write_text("[1, 2]")
+    elif how == "no-model-type":
+        data = json.loads(cfg.read_text())
+        del data["model_type"]
+        cfg.write_text(json.dumps(data))
+    elif how == "unknown-architecture":
+        data = json.loads(cfg.read_text())
+        data["model_type"] = "no_such_architecture"
+        cfg.write_text(json.dumps(data))
+    elif how == "custom-code":
+        data = json.loads(cfg.read_text())
+        data["model_file"] = "evil.py"
+        cfg.write_text(json.dumps(data))
+    elif how == "bad-vocab":
+        data = json.loads(cfg.read_text())
+        data["vocab_size"] = "many"
+        cfg.write_text(json.dumps(data))
+    elif how == "wrong-shapes":
+        data = json.loads(cfg.read_text())
+        data["hidden_size"] = 256
+        cfg.write_text(json.dumps(data))
+    elif how == "truncated-weights":
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    elif how == "garbage-weights":
+        weights.write_bytes(b"\xff" * 64)
+    elif how == "missing-shard":
+        index = folder / "model.safetensors.index.json"
+        data = json.loads(index.read_text())
+        first = next(iter(data["weight_map"]))
+        data["weight_map"][first] = "model-00002-of-00002.safetensors"
+        index.write_text(json.dumps(data))
+    elif how == "no-tokenizer":
+        (folder / "tokenizer.json").unlink()
+    return root
+
+
+BROKEN = ["invalid-json", "json-list", "no-model-type", "unknown-architecture", "custom-code",
+          "bad-vocab", "wrong-shapes", "truncated-weights", "garbage-weights", "missing-shard",
+          "no-tokenizer"]
+
+
+@pytest.mark.parametrize("how", BROKEN)
+def test_broken_mlx_folder_is_a_bundle_error(tmp_path: Path, how: str) -> None:
+    bundle = _broken(tmp_path, how)
+    with pytest.raises(BundleError) as err:
+        open_stream(bundle, backend="mlx")
+    assert err.value.code == Status.ERR_BUNDLE
+    assert "tiny-mlx" in str(err.value)
+
+
+def test_folder_without_config_is_not_an_mlx_artifact(tmp_path: Path) -> None:
+    folder = tmp_path / "text" / "tiny-mlx"
+    shutil.copytree(MLX_DIR, folder)
+    (folder / "config.json").unlink()
+    assert not MLXFactory().can_serve(tmp_path)
+    with pytest.raises(BackendSelectionError, match="cannot serve"):
+        open_stream(tmp_path, backend="mlx")
+    with pytest.raises(BundleError, match=r"config\.json"):
+        check_mlx_folder(folder)
+
+
+def test_plugin_metadata() -> None:
+    from importlib.metadata import entry_points
+
+    eps = {ep.name: ep.value for ep in entry_points(group="eliza_backends")}
+    assert eps.get("mlx") == "eliza_mlx"
+    f = MLXFactory()
+    assert (f.name, f.aliases, f.pip_extra) == ("mlx-coreml", ("mlx", "coreml"), "mlx")
+    assert f.formats == ("mlx", "mlpackage", "mlmodelc")
+    with pytest.raises(Exception, match="engine"):
+        f.parse_options(StreamConfig(options={"mlx": {"engine": "metal"}}))
+
+
+@pytest.mark.parametrize("then", ["prefill", "reset_keep_all", "reset_keep_less", "save_slot"])
+def test_chat_turns_after_a_budget_end_continue_the_sequence(tmp_path: Path, then: str) -> None:
+    """A stream ended by its budget keeps its last token back (not fed ahead): whatever comes
+    next must see exactly the sequence a fresh session would."""
+    case = ORACLE["prompts"][3]
+    more = ORACLE["prompts"][4]["prompt_ids"][1:6]
+    cfg = dict(max_tokens=6, ignore_eos=True, tokens_per_step=4)
+    with open_stream(TINY_BUNDLE, backend="mlx", **cfg) as stream:
+        s = stream.session
+        s.prefill(case["prompt_ids"])
+        first = generated_tokens(run_to_end(s))
+        seq = [*case["prompt_ids"], *first]
+        if then == "reset_keep_all":
+            assert s.reset_keep(len(seq)) == len(seq)
+        elif then == "reset_keep_less":
+            assert s.reset_keep(len(seq) - 2) == len(seq) - 2
+            seq = seq[:-2]
+        elif then == "save_slot":
+            s.save_slot(tmp_path / "s.slot")
+            s.reset()
+            s.restore_slot(tmp_path / "s.slot")
+        s.prefill(more)
+        got = generated_tokens(run_to_end(s))
+    with open_stream(TINY_BUNDLE, backend="mlx", **cfg) as fresh:
+        fresh.prefill([*seq, *more])
+        assert generated_tokens(run_to_end(fresh.session)) == got
+
+
+def test_mlx_folder_is_not_claimed_where_only_core_ml_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An Intel Mac on macOS 15: Core ML runs, mlx does not. The factory ranks 10 there, so it
+    must not claim a bundle it can only serve through mlx (llama.cpp should get it)."""
+    monkeypatch.setattr(eliza_mlx, "mlx_status", lambda: RuntimeStatus(False, "no Apple silicon"))
+    monkeypatch.setattr(eliza_mlx, "coreml_status", lambda: RuntimeStatus(True, device="ane"))
+    mlx_only = tmp_path / "mlx"
+    shutil.copytree(MLX_DIR, mlx_only / "text" / "tiny-mlx")
+    factory = MLXFactory()
+    assert factory.preference_rank() > 0
+    assert not factory.can_serve(mlx_only)
+    assert factory.can_serve(_coreml_bundle(tmp_path / "coreml"))
