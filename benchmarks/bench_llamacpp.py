@@ -10,7 +10,9 @@ A B C A B C ... so that machine noise hits all of them alike:
   sampler) — the floor any wrapper pays;
 - ``highlevel``: ``Llama.create_completion(stream=True)``.
 
-Reported per contender: load time, time to first token (from the start of prefill), prefill
+Each worker loads, warms up on 8 tokens (first-call costs are the same for all and are not
+time to first token), resets, then measures. Reported per contender: load time, time to first
+token (from the start of prefill), prefill
 and decode tokens/s (median, min-max), peak RSS, and the decode rate per position bucket (flat
 is good); ratios are against ``minimal``. Models: the tiny bundle's GGUF and a random-weight
 ~0.85 B llama (Q4_0 / Q8_0) made by ``tools/make_random_gguf.py`` into ``.bench-cache/``.
@@ -77,6 +79,9 @@ def run_seam(bundle: Path, n_prompt: int, n_gen: int, threads: int) -> dict[str,
                          max_tokens=n_gen, ignore_eos=True)
     ids = (stream.session.tokenize(PROMPT * 200))[:n_prompt]
     load = time.perf_counter() - t0
+    stream.prefill(ids[:8])  # warm-up, as every contender does: first-call costs are not TTFT
+    stream.next(2)
+    stream.reset()
     stamps = []
     t_start = time.perf_counter()
     stream.prefill(ids)
@@ -118,15 +123,23 @@ def run_minimal(bundle: Path, n_prompt: int, n_gen: int, threads: int) -> dict[s
     lc.llama_sampler_chain_add(smpl, lc.llama_sampler_init_greedy())
     batch = lc.llama_batch_init(512, 0, 1)
     load = time.perf_counter() - t0
+
+    def prefill(tokens: list[int]) -> None:
+        for off in range(0, len(tokens), 512):
+            chunk = tokens[off:off + 512]
+            for i, tok in enumerate(chunk):
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = tok, off + i, 1
+                batch.seq_id[i][0], batch.logits[i] = 0, 0
+            batch.logits[len(chunk) - 1] = 1
+            batch.n_tokens = len(chunk)
+            assert lc.llama_decode(ctx, batch) == 0
+
+    prefill(ids[:8])  # warm-up, then forget it
+    lc.llama_sampler_sample(smpl, ctx, -1)
+    lc.llama_memory_clear(lc.llama_get_memory(ctx), True)
+    lc.llama_sampler_reset(smpl)
     t_start = time.perf_counter()
-    for off in range(0, len(ids), 512):
-        chunk = ids[off:off + 512]
-        for i, tok in enumerate(chunk):
-            batch.token[i], batch.pos[i], batch.n_seq_id[i] = tok, off + i, 1
-            batch.seq_id[i][0], batch.logits[i] = 0, 0
-        batch.logits[len(chunk) - 1] = 1
-        batch.n_tokens = len(chunk)
-        assert lc.llama_decode(ctx, batch) == 0
+    prefill(ids)
     t_prefill = time.perf_counter()
     one = lc.llama_batch_init(1, 0, 1)
     one.n_tokens, one.n_seq_id[0], one.logits[0] = 1, 1, 1
@@ -161,6 +174,9 @@ def run_highlevel(bundle: Path, n_prompt: int, n_gen: int, threads: int) -> dict
                    verbose=False)
     ids = llm.tokenize((PROMPT * 200).encode())[:n_prompt]
     load = time.perf_counter() - t0
+    for _ in llm.create_completion(ids[:8], max_tokens=2, temperature=0.0, stream=True):
+        pass  # warm-up, then forget the cached prefix
+    llm.reset()
     stamps = []
     t_start = time.perf_counter()
     for _ in llm.create_completion(ids, max_tokens=n_gen, temperature=0.0, stream=True,

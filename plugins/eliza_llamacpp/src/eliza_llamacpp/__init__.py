@@ -34,7 +34,9 @@ class LlamaCppOptions(BaseModel):
 
     artifact: str | None = Field(None, description="GGUF file name under text/ (default: first).")
     n_gpu_layers: int = Field(0, ge=-1, description="Layers to offload to a GPU build; -1 = all.")
-    use_mmap: bool = Field(True, description="Map the weights instead of reading them.")
+    use_mmap: bool | None = Field(
+        None, description="Map the weights (True) or read them (False); None lets llama.cpp "
+        "decide for the device (its default).")
     n_ubatch: int | None = Field(None, ge=1, description="Physical batch size (default: batch).")
     extra_buffers: bool | None = Field(
         None, description="llama.cpp's extra CPU buffer types (AMX / repacked weights). Default: "

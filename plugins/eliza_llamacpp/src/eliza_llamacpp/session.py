@@ -112,7 +112,9 @@ def load_model(path: Path, options: LlamaCppOptions) -> LoadedModel:
     _init_backend()
     params = lc.llama_model_default_params()
     params.n_gpu_layers = options.n_gpu_layers
-    params.load_mode = lc.LLAMA_LOAD_MODE_MMAP if options.use_mmap else lc.LLAMA_LOAD_MODE_NONE
+    if options.use_mmap is not None:
+        params.load_mode = lc.LLAMA_LOAD_MODE_MMAP if options.use_mmap else \
+            lc.LLAMA_LOAD_MODE_NONE
     params.use_extra_bufts = use_extra_buffers(options)
     ptr = lc.llama_model_load_from_file(str(path).encode(), params)
     if not ptr:
