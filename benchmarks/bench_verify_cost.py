@@ -18,9 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_llamacpp import model_bundle  # noqa: E402
+from bench_llamacpp import model_bundle
 
-from eliza_backends import open_stream  # noqa: E402
+from eliza_backends import open_stream
 
 
 def main(argv: list[str] | None = None) -> int:
