@@ -3,6 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
-.venv/bin/ruff check src plugins tests tools benchmarks examples
+.venv/bin/ruff check src plugins tests tools benchmarks examples docs
 .venv/bin/mypy --strict src
 exec .venv/bin/python -m pytest "$@"
