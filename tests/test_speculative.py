@@ -10,7 +10,7 @@ from conftest import TINY_BUNDLE
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eliza_backends import UnsupportedOperationError, open_stream
+from eliza_backends import open_stream
 from eliza_backends.speculative import NgramDrafter, accept_greedy
 
 
@@ -80,10 +80,33 @@ def test_llama_cpp_drafters_keep_the_oracle(drafter: str, draft_length: int) -> 
     assert drafted > 0 and 0 < accepted <= drafted
 
 
-def test_speculative_sampling_is_refused_loudly() -> None:
+@pytest.mark.parametrize("drafter", ["ngram", "model"])
+def test_speculative_sampling_keeps_the_target_distribution(drafter: str) -> None:
+    """Temperature sampling with a drafter follows the standard acceptance rule: the joint
+    distribution of generated tokens matches plain sampling (total variation over 300 seeds)."""
     pytest.importorskip("llama_cpp")
-    with pytest.raises(UnsupportedOperationError, match="greedy-only"):
-        open_stream(TINY_BUNDLE, backend="llama.cpp", drafter="ngram", temperature=0.8)
+    from collections import Counter
+
+    from eliza_backends import InferenceContext
+
+    counts: dict[str, Counter[tuple[int, ...]]] = {}
+    drafted = 0
+    with InferenceContext(TINY_BUNDLE) as ctx:
+        for kind in ("none", drafter):
+            counts[kind] = Counter()
+            for seed in range(300):
+                with open_stream(ctx, backend="llama.cpp", threads=1, temperature=1.0,
+                                 seed=seed, max_tokens=4, ignore_eos=True, drafter=kind,
+                                 draft_length=3) as s:
+                    s.prefill("Four score and seven years ago our fathers brought forth. "
+                              "Four score and seven")
+                    tokens = [t for st in s for t in st.tokens]
+                    counts[kind][tuple(tokens[1:3])] += 1
+                    drafted += s.metrics.drafted
+    a, b = counts["none"], counts[drafter]
+    tv = 0.5 * sum(abs(a[k] - b[k]) for k in set(a) | set(b)) / 300
+    assert drafted > 300
+    assert tv < 0.12, (tv, a.most_common(4), b.most_common(4))
 
 
 def test_drafter_survives_rewinds() -> None:

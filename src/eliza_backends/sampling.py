@@ -66,6 +66,31 @@ class Sampler:
         row = self.penalize(np.asarray(logits, dtype=np.float32).reshape(-1), history)
         if self.greedy:
             return int(np.argmax(row))
+        ids, probs = self._truncated(row)
+        return int(ids[int(self._generator().choice(probs.shape[0], p=probs))])
+
+    def distribution(self, logits: np.ndarray, history: Sequence[int] = ()
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """The distribution :meth:`sample` draws from, as (token ids, probabilities) over the
+        tokens that survive top-k/top-p/min-p (for speculative acceptance)."""
+        import numpy as np
+
+        row = self.penalize(np.asarray(logits, dtype=np.float32).reshape(-1), history)
+        if self.greedy:
+            return np.array([int(np.argmax(row))]), np.array([1.0])
+        return self._truncated(row)
+
+    def uniform(self) -> float:
+        """One draw from U[0, 1) on this sampler's generator."""
+        return float(self._generator().random())
+
+    def choose(self, ids: np.ndarray, probs: np.ndarray) -> int:
+        """Draw one id from a (token ids, probabilities) pair."""
+        return int(ids[int(self._generator().choice(probs.shape[0], p=probs))])
+
+    def _truncated(self, row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        import numpy as np
+
         cfg = self.config
         ids = np.arange(row.shape[0])
         vals = row.astype(np.float64)
@@ -86,7 +111,7 @@ class Sampler:
         scaled = (vals - vals[0]) / cfg.temperature
         probs = np.exp(scaled)
         probs /= probs.sum()
-        return int(ids[int(self._generator().choice(probs.shape[0], p=probs))])
+        return ids, probs
 
 
 __all__ = ["Sampler"]

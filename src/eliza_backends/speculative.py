@@ -13,7 +13,7 @@ proposal costs O(new tokens), not O(history).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class Drafter(Protocol):
@@ -97,12 +97,33 @@ def accept_greedy(drafts: Sequence[int], target: Callable[[int], int],
     return out, len(drafts)
 
 
-def drafter_from_config(kind: str, ngram_size: int) -> NgramDrafter | None:
-    """The model-free drafter for ``StreamConfig.drafter`` (None for "none"; "model" drafters
-    are built by each backend from the bundle's ``text/draft/`` artifact)."""
-    if kind == "ngram":
-        return NgramDrafter(max_n=ngram_size)
-    return None
+def accept_sampled(drafts: Sequence[int], target: Callable[[int], tuple[Any, Any]],
+                   sampler: Any, is_end: Callable[[int], bool]) -> tuple[list[int], int]:
+    """The speculative sampling rule for deterministic drafts (n-gram lookup, greedy draft
+    model: the proposal puts all its mass on the draft token), keeping the target distribution.
+
+    ``target(i)`` is the target's (ids, probs) after ``[last, d1..di]``; ``sampler`` provides
+    ``uniform()`` and ``choose(ids, probs)``. Draft ``d`` is accepted with probability p(d);
+    on rejection the token is drawn from p with d removed (renormalised), which is
+    ``max(p - q, 0)`` for a one-hot q. Returns (tokens produced, drafts accepted).
+    """
+    out: list[int] = []
+    for i, d in enumerate(drafts):
+        ids, probs = target(i)
+        hit = ids == d
+        p_d = float(probs[hit].sum())
+        if sampler.uniform() < p_d:
+            out.append(d)
+            if is_end(d):
+                return out, i + 1
+            continue
+        rest = probs * ~hit
+        total = float(rest.sum())
+        out.append(sampler.choose(ids, rest / total) if total > 0 else int(ids[0]))
+        return out, i
+    ids, probs = target(len(drafts))
+    out.append(sampler.choose(ids, probs))
+    return out, len(drafts)
 
 
-__all__ = ["Drafter", "NgramDrafter", "accept_greedy", "drafter_from_config"]
+__all__ = ["Drafter", "NgramDrafter", "accept_greedy", "accept_sampled"]

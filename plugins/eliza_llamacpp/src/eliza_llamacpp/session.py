@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import llama_cpp as lc
+import numpy as np
 
 from eliza_backends import (
     BackendRuntimeError,
@@ -30,10 +31,10 @@ from eliza_backends import (
     Session,
     SlotError,
     StreamConfig,
-    UnsupportedOperationError,
 )
+from eliza_backends.sampling import Sampler
 from eliza_backends.slots import fingerprint_artifact
-from eliza_backends.speculative import Drafter, NgramDrafter, accept_greedy
+from eliza_backends.speculative import Drafter, NgramDrafter, accept_greedy, accept_sampled
 
 from . import LlamaCppOptions
 from .gguf_header import check_gguf
@@ -159,10 +160,6 @@ def free_model(model: LoadedModel) -> None:
 def open_session(context: InferenceContext, config: StreamConfig, options: LlamaCppOptions,
                  path: Path, draft_path: Path | None = None) -> LlamaCppSession:
     """Load (or reuse) the model on ``context`` and open a session on it."""
-    if config.drafter != "none" and (not config.greedy or config.repeat_penalty != 1.0):
-        raise UnsupportedOperationError(
-            "llama.cpp speculative decoding is greedy-only here: use temperature=0 and "
-            "repeat_penalty=1 with a drafter, or drafter='none' to sample")
     key = ("llama.cpp", str(path), options.n_gpu_layers, options.use_mmap,
            use_extra_buffers(options))
     model = context.shared(key, lambda: load_model(path, options), free_model)
@@ -193,6 +190,10 @@ class LlamaCppSession(Session):
                  context: InferenceContext | None, drafter: Drafter | None = None) -> None:
         self._model = model
         self._drafter = drafter
+        # speculative rounds with sampling or a repeat penalty go through the core's numpy
+        # sampler (the standard acceptance rule needs the target's probabilities)
+        self._spec_sampler = Sampler(config) if drafter is not None and not (
+            config.greedy and config.repeat_penalty == 1.0) else None
         self._ctx: Any = None
         self._sampler: Any = None
         self._batch: Any = None
@@ -323,8 +324,17 @@ class LlamaCppSession(Session):
                                   + (" (no KV slot: context full)" if status == 1 else ""))
 
     def _decode(self, max_tokens: int) -> Decoded:
-        if self._drafter is not None and self._pending:
-            return self._decode_speculative(max_tokens)
+        if self._drafter is None:
+            return self._decode_plain(max_tokens)
+        if self._pending:
+            return self._decode_speculative(max_tokens, list(self._history))
+        first = self._decode_plain(1)  # the first token after a prefill: its logits are ready
+        if max_tokens == 1 or (not self.config.ignore_eos and first.tokens[0] in self._model.eog):
+            return first
+        rest = self._decode_speculative(max_tokens - 1, [*self._history, *first.tokens])
+        return Decoded(first.tokens + rest.tokens, rest.drafted, rest.accepted)
+
+    def _decode_plain(self, max_tokens: int) -> Decoded:
         out: list[int] = []
         ctx, smpl, one, eog = self._ctx, self._sampler, self._one, self._model.eog
         stop_at_eog = not self.config.ignore_eos
@@ -348,19 +358,27 @@ class LlamaCppSession(Session):
                 break
         return Decoded(out)
 
-    def _decode_speculative(self, max_tokens: int) -> Decoded:
+    def _decode_speculative(self, max_tokens: int, seq: list[int]) -> Decoded:
         """Rounds of: draft k tokens, verify [pending, d1..dk] in one batch, keep the agreeing
-        prefix plus the target's next token, roll the KV cache back past the rest."""
+        prefix plus the target's next token, roll the KV cache back past the rest. ``seq`` is
+        the sequence so far, ending with the pending token (extended in place)."""
         assert self._drafter is not None
         ctx, smpl, eog = self._ctx, self._sampler, self._model.eog
         stop_at_eog = not self.config.ignore_eos
-        seq = list(self._history)  # ends with the pending token
         out: list[int] = []
         drafted = accepted = 0
 
         def target(i: int) -> int:
             tok: int = lc.llama_sampler_sample(smpl, ctx, i)
             return tok
+
+        sampler, n_vocab = self._spec_sampler, self._model.n_vocab
+        recent = self.config.repeat_last_n
+
+        def distribution(i: int) -> tuple[Any, Any]:
+            assert sampler is not None
+            logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, i), shape=(n_vocab,))
+            return sampler.distribution(logits, seq[len(seq) - recent:] + drafts[:i])
 
         def is_end(tok: int) -> bool:
             return stop_at_eog and tok in eog
@@ -382,7 +400,10 @@ class LlamaCppSession(Session):
             if status:
                 lc.llama_memory_seq_rm(self._mem, 0, self._n_kv, -1)
                 self._check_decode(status)
-            produced, n_ok = accept_greedy(drafts, target, is_end)
+            if sampler is None:
+                produced, n_ok = accept_greedy(drafts, target, is_end)
+            else:
+                produced, n_ok = accept_sampled(drafts, distribution, sampler, is_end)
             keep = self._n_kv + len(produced)  # the pending token + every produced but the last
             if len(drafts) >= len(produced):
                 lc.llama_memory_seq_rm(self._mem, 0, keep, -1)
@@ -399,6 +420,8 @@ class LlamaCppSession(Session):
     def _reset(self) -> None:
         if self._drafter is not None:
             self._drafter.truncate(0)
+        if self._spec_sampler is not None:
+            self._spec_sampler.reset()
         lc.llama_memory_clear(self._mem, True)
         lc.llama_sampler_reset(self._sampler)
         self._n_kv = 0
