@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,7 @@ from eliza_backends import (
     SlotError,
     Status,
     StreamConfig,
+    UnsupportedOperationError,
     explain,
     open_stream,
     select,
@@ -427,3 +429,170 @@ def test_mlx_folder_is_not_claimed_where_only_core_ml_runs(
     assert factory.preference_rank() > 0
     assert not factory.can_serve(mlx_only)
     assert factory.can_serve(_coreml_bundle(tmp_path / "coreml"))
+
+
+# ------------------------------------------------------------------------------ speculative
+
+SPEC = dict(ignore_eos=True, max_tokens=32)
+
+
+@pytest.fixture(scope="module")
+def tiny_ctx() -> Iterator[InferenceContext]:
+    ctx = InferenceContext(TINY_BUNDLE)
+    yield ctx
+    ctx.close()
+
+
+@pytest.mark.parametrize("drafter", ["ngram", "model"])
+@pytest.mark.parametrize("draft_length", [1, 4, 8])
+def test_drafters_keep_the_oracle(tiny_ctx: InferenceContext, drafter: str,
+                                  draft_length: int) -> None:
+    """Greedy with a drafter equals greedy without one on every oracle prompt, and every
+    step reports its own drafted / accepted counts."""
+    drafted = accepted = 0
+    for case in ORACLE["prompts"]:
+        with open_stream(tiny_ctx, backend="mlx", drafter=drafter, draft_length=draft_length,
+                         **SPEC) as s:
+            assert {"ngram", "model"} <= s.session.capabilities.drafters
+            s.prefill(case["prompt_ids"])
+            steps = list(s)
+            assert [t for st in steps for t in st.tokens] == case["continuation_ids"], \
+                case["name"]
+            assert all(0 <= st.accepted <= st.drafted <= draft_length * 32 for st in steps)
+            assert all(len(st.tokens) <= draft_length + 1 for st in steps)  # default step
+            assert s.metrics.drafted == sum(st.drafted for st in steps)
+            assert s.metrics.accepted == sum(st.accepted for st in steps)
+            drafted += s.metrics.drafted
+            accepted += s.metrics.accepted
+    assert drafted > 0 and 0 < accepted <= drafted
+
+
+@pytest.mark.parametrize("drafter", ["ngram", "model"])
+def test_drafter_stops_at_end_of_generation(tiny_ctx: InferenceContext, drafter: str) -> None:
+    """Without ignore_eos: the same tokens and the same ending as without a drafter."""
+    for case in ORACLE["prompts"]:
+        with open_stream(tiny_ctx, backend="mlx", max_tokens=48) as plain:
+            plain.prefill(case["prompt_ids"])
+            want = list(plain)
+        with open_stream(tiny_ctx, backend="mlx", max_tokens=48, drafter=drafter) as s:
+            s.prefill(case["prompt_ids"])
+            steps = list(s)
+        assert [t for st in steps for t in st.tokens] == [t for st in want for t in st.tokens]
+        assert steps[-1].final and steps[-1].finish_reason == want[-1].finish_reason
+
+
+@pytest.mark.parametrize("kw", [dict(temperature=0.8), dict(repeat_penalty=1.3)])
+def test_speculative_sampling_is_refused_loudly(kw: dict) -> None:
+    with pytest.raises(UnsupportedOperationError, match="greedy-only"):
+        open_stream(TINY_BUNDLE, backend="mlx", drafter="ngram", **kw)
+
+
+@pytest.mark.parametrize("drafter", ["ngram", "model"])
+def test_drafter_survives_rewinds(tiny_ctx: InferenceContext, drafter: str) -> None:
+    case = ORACLE["prompts"][0]
+    ids = case["prompt_ids"]
+    with open_stream(tiny_ctx, backend="mlx", drafter=drafter, draft_length=4, **SPEC) as s:
+        s.prefill(ids)
+        s.text()
+        keep = s.reset_keep(len(ids) - 2)
+        assert keep == len(ids) - 2
+        s.prefill(ids[keep:])
+        assert [t for st in s for t in st.tokens] == case["continuation_ids"]
+        s.reset()
+        s.prefill(ids)
+        assert [t for st in s for t in st.tokens] == case["continuation_ids"]
+
+
+@pytest.mark.parametrize("drafter", ["ngram", "model"])
+@pytest.mark.parametrize("then", ["prefill", "reset_keep_all", "reset_keep_less", "save_slot",
+                                  "cancel"])
+def test_drafter_chat_turns_continue_the_sequence(tiny_ctx: InferenceContext, tmp_path: Path,
+                                                  drafter: str, then: str) -> None:
+    """Whatever follows a speculative stream (another turn, a rewind, a slot round trip, a
+    cancel) must see exactly the sequence a fresh plain session would."""
+    case = ORACLE["prompts"][3]
+    more = ORACLE["prompts"][4]["prompt_ids"][1:6]
+    cfg = dict(max_tokens=9, ignore_eos=True)
+    with open_stream(tiny_ctx, backend="mlx", drafter=drafter, draft_length=3, **cfg) as stream:
+        s = stream.session
+        s.prefill(case["prompt_ids"])
+        first = generated_tokens(run_to_end(s))
+        seq = [*case["prompt_ids"], *first]
+        if then == "reset_keep_all":
+            assert s.reset_keep(len(seq)) == len(seq)
+        elif then == "reset_keep_less":
+            assert s.reset_keep(len(seq) - 2) == len(seq) - 2
+            seq = seq[:-2]
+        elif then == "save_slot":
+            s.save_slot(tmp_path / "s.slot")
+            s.reset()
+            s.restore_slot(tmp_path / "s.slot")
+        elif then == "cancel":
+            s.cancel()
+            with pytest.raises(CancelledError):
+                s.prefill(more)
+            assert s.reset_keep(len(seq)) == len(seq)
+        s.prefill(more)
+        got = generated_tokens(run_to_end(s))
+    with open_stream(tiny_ctx, backend="mlx", **cfg) as fresh:
+        fresh.prefill([*seq, *more])
+        assert generated_tokens(run_to_end(fresh.session)) == got
+
+
+@pytest.mark.parametrize("drafter", ["ngram", "model"])
+def test_drafter_continues_after_a_mid_stream_slot(tiny_ctx: InferenceContext, tmp_path: Path,
+                                                   drafter: str) -> None:
+    case = ORACLE["prompts"][1]
+    with open_stream(tiny_ctx, backend="mlx", drafter=drafter, **SPEC) as s:
+        s.prefill(case["prompt_ids"])
+        head = generated_tokens([s.session.next(5)])
+        s.session.save_slot(tmp_path / "mid.slot")
+        rest = [t for st in s for t in st.tokens]
+        assert head + rest == case["continuation_ids"]
+    with open_stream(tiny_ctx, backend="mlx", drafter=drafter, max_tokens=32 - len(head),
+                     ignore_eos=True) as s:
+        s.session.restore_slot(tmp_path / "mid.slot")
+        assert [t for st in s for t in st.tokens] == case["continuation_ids"][len(head):]
+
+
+def test_draft_model_from_config_and_missing_drafts(tiny_ctx: InferenceContext,
+                                                    tmp_path: Path) -> None:
+    case = ORACLE["prompts"][2]
+    with open_stream(tiny_ctx, backend="mlx", drafter="model",
+                     draft_model="text/draft/tiny-draft-mlx", **SPEC) as s:
+        s.prefill(case["prompt_ids"])
+        assert [t for st in s for t in st.tokens] == case["continuation_ids"]
+        assert s.metrics.drafted > 0
+    with pytest.raises(BundleError, match="draft_model"):
+        open_stream(tiny_ctx, backend="mlx", drafter="model", draft_model="text/tiny-f16.gguf")
+    with pytest.raises(BundleError, match="draft_model"):
+        open_stream(tiny_ctx, backend="mlx", drafter="model", draft_model="../tiny")
+    bundle = tmp_path / "no-draft"
+    shutil.copytree(MLX_DIR, bundle / "text" / "tiny-mlx")
+    with pytest.raises(BundleError, match="text/draft/"):
+        open_stream(bundle, backend="mlx", drafter="model")
+    with open_stream(bundle, backend="mlx", drafter="ngram", **SPEC) as s:  # ngram needs none
+        s.prefill(case["prompt_ids"])
+        assert [t for st in s for t in st.tokens] == case["continuation_ids"]
+
+
+def test_draft_model_with_another_vocabulary_is_refused(tmp_path: Path) -> None:
+    bundle = tmp_path / "bad-draft"
+    shutil.copytree(MLX_DIR, bundle / "text" / "tiny-mlx")
+    draft = bundle / "text" / "draft" / "other-mlx"
+    shutil.copytree(TINY_BUNDLE / "text" / "draft" / "tiny-draft-mlx", draft)
+    cfg = json.loads((draft / "config.json").read_text())
+    cfg["vocab_size"] = 512
+    (draft / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(BundleError):
+        open_stream(bundle, backend="mlx", drafter="model")
+
+
+def test_untrimmable_cache_offers_no_drafter(monkeypatch: pytest.MonkeyPatch) -> None:
+    import eliza_mlx.mlx_session as ms
+
+    monkeypatch.setattr(ms, "can_trim_prompt_cache", lambda cache: False)
+    with open_stream(TINY_BUNDLE, backend="mlx") as s:
+        assert s.session.capabilities.drafters == frozenset({"none"})
+    with pytest.raises(UnsupportedOperationError, match="trimmed"):
+        open_stream(TINY_BUNDLE, backend="mlx", drafter="ngram")

@@ -122,10 +122,12 @@ class MLXFactory(Factory):
         bundle = context.bundle_dir
         if options.engine in ("auto", "mlx"):
             if mlx.ok and find_artifacts(bundle, MLX_FORMATS):
+                from .mlx_draft import resolve_draft
                 from .mlx_session import open_session
 
                 path = self._pick(bundle, MLX_FORMATS, options.artifact)
-                return open_session(context, config, path)
+                draft = resolve_draft(bundle, config) if config.drafter == "model" else None
+                return open_session(context, config, path, draft)
             if options.engine == "mlx" or not find_artifacts(bundle, COREML_FORMATS):
                 why = mlx.reason if not mlx.ok else "no MLX weights folder under text/"
                 raise BackendSelectionError(

@@ -16,6 +16,16 @@ holds the whole :attr:`Session.history` after a step, except when the step surel
 stream (the ``max_tokens`` budget or the context window): its last token is then kept back
 (``_pending``) and fed with the next prefill, so no forward pass is spent on a token nothing
 follows (an end-of-generation token cannot be foreseen and is fed ahead like any other).
+
+Speculative decoding (``drafter="ngram"`` or ``"model"``, greedy only, trimmable caches only):
+prefill keeps the prompt's last token back in ``_pending``. A round drafts ``k`` tokens (the
+core's :class:`~eliza_backends.speculative.NgramDrafter`, or a draft MLX folder from
+``text/draft/``, :mod:`eliza_mlx.mlx_draft`), runs ``[pending, d1..dk]`` through the model in
+one call (logits for every position; ``[d1..dk]`` when the last token was already fed ahead and
+its successor queued), takes the argmax per position, keeps the agreeing prefix plus the
+target's own next token (:func:`~eliza_backends.speculative.accept_greedy`), trims the rejected
+positions off the prompt cache and leaves the last produced token pending. A round with nothing
+drafted decodes one token exactly as the plain path does (fed ahead, pipelined).
 """
 
 from __future__ import annotations
@@ -57,6 +67,7 @@ from eliza_backends import (
 )
 from eliza_backends.hf_tokenizer import HFTokenizer
 from eliza_backends.slots import fingerprint_artifact
+from eliza_backends.speculative import Drafter, NgramDrafter, accept_greedy
 
 from .probe import MLXFolder, check_mlx_folder
 
@@ -156,15 +167,27 @@ def load_weights(folder: MLXFolder) -> LoadedMLX:
                                                          ("eos_token", eos_text)) if v})
 
 
-def open_session(context: InferenceContext, config: StreamConfig, path: Path) -> MLXSession:
-    """Validate the folder, load (or reuse) its weights on ``context``, open a session."""
-    if config.drafter != "none":
+def open_session(context: InferenceContext, config: StreamConfig, path: Path,
+                 draft_path: Path | None = None) -> MLXSession:
+    """Validate the folder, load (or reuse) its weights on ``context``, open a session (with
+    the drafter ``config.drafter`` names; ``draft_path``: the draft MLX folder for "model")."""
+    if config.drafter != "none" and (not config.greedy or config.repeat_penalty != 1.0):
         raise UnsupportedOperationError(
-            f"mlx-coreml does not support drafter={config.drafter!r} yet (capabilities.drafters "
-            "is {'none'}); use drafter='none' or the llama.cpp backend")
+            "mlx speculative decoding is greedy-only here: use temperature=0 and "
+            "repeat_penalty=1 with a drafter, or drafter='none' to sample")
     folder = check_mlx_folder(path)
     loaded = context.shared(("mlx", str(path)), lambda: load_weights(folder))
-    return MLXSession(loaded, config, context)
+    drafter: Drafter | None = None
+    if config.drafter == "ngram":
+        drafter = NgramDrafter(max_n=config.ngram_size)
+    elif config.drafter == "model":
+        if draft_path is None:
+            raise BundleError("drafter='model' needs a draft MLX folder (text/draft/ or "
+                              "draft_model)")
+        from .mlx_draft import open_draft
+
+        drafter = open_draft(context, config, draft_path, loaded.vocab_size)
+    return MLXSession(loaded, config, context, drafter)
 
 
 def _trim(cache: list[Any], n: int) -> int:
@@ -183,11 +206,17 @@ class MLXSession(Session):
     backend_name = "mlx-coreml"
 
     def __init__(self, loaded: LoadedMLX, config: StreamConfig,
-                 context: InferenceContext | None) -> None:
+                 context: InferenceContext | None, drafter: Drafter | None = None) -> None:
         self._loaded = loaded
         self._model = loaded.model
         self._cache: list[Any] = make_prompt_cache(loaded.model)
         self._trimmable = bool(can_trim_prompt_cache(self._cache))
+        if drafter is not None and not self._trimmable:
+            drafter.close()
+            raise UnsupportedOperationError(
+                f"{loaded.folder.path.name}: this model's prompt cache cannot be trimmed, so it "
+                "cannot verify drafts (capabilities.drafters is {'none'}); use drafter='none'")
+        self._drafter = drafter
         self._greedy = config.greedy
         self._sampler: Callable[[Any], Any] = _greedy if config.greedy else make_sampler(
             temp=config.temperature, top_p=config.top_p, min_p=config.min_p,
@@ -240,8 +269,9 @@ class MLXSession(Session):
 
     @property
     def capabilities(self) -> Capabilities:
+        drafters = {"none", "ngram", "model"} if self._trimmable else {"none"}
         return Capabilities(token_input=True, prefix_reuse=True, slots=True,
-                            cancel_prefill=False, sampling=True)
+                            cancel_prefill=False, sampling=True, drafters=frozenset(drafters))
 
     # ------------------------------------------------------------------ sampling
 
@@ -294,6 +324,10 @@ class MLXSession(Session):
                     mx.eval([c.state for c in cache])
                     mx.clear_cache()  # as generate_step: drop the chunk's temporaries
                 self._raise_if_cancelled()
+                if self._drafter is not None:  # speculative: the first round verifies it
+                    self._logits = self._y = None
+                    self._pending = last[0]
+                    return
                 out = model(mx.array(last, dtype=mx.uint32)[None], cache=cache)
                 self._n_kv += 1
                 tail = self._tail(history + token_ids) if self._processors else None
@@ -335,6 +369,8 @@ class MLXSession(Session):
                 self._stale = True
 
     def _decode(self, max_tokens: int) -> Decoded:
+        if self._drafter is not None:
+            return self._decode_speculative(self._drafter, max_tokens)
         out: list[int] = []
         model, cache, cancel = self._model, self._cache, self._cancel
         eog = self._loaded.eog
@@ -370,7 +406,119 @@ class MLXSession(Session):
                     break
         return Decoded(out)
 
+    def _decode_speculative(self, drafter: Drafter, max_tokens: int) -> Decoded:
+        """Rounds of: draft k tokens, verify them in one model call, keep the agreeing prefix
+        plus the target's next token, trim the rejected positions off the prompt cache.
+
+        Between rounds the sequence's last token is either *pending* (not in the cache: the
+        next round verifies ``[pending, d1..dk]``) or *fed ahead* (in the cache, the target's
+        next token queued lazily in ``ahead``: the round verifies ``[d1..dk]`` and ``ahead`` is
+        the target for d1). A round whose drafter proposes nothing decodes one token the way
+        the plain path does, feeding it ahead before waiting for it, so a drafter with nothing
+        to say keeps the plain path's pipelining.
+        """
+        self._undo_ahead()
+        if self._stale:
+            raise BackendRuntimeError("the MLX prompt cache was lost by an interrupted call; "
+                                      "call reset() before decoding again")
+        model, cache, cancel = self._model, self._cache, self._cancel
+        ahead: Any = None  # the target's token after the sequence, when its last token is fed
+        if self._pending is None:  # the cache holds the whole history
+            if self._y is not None:
+                ahead = self._y
+            else:  # (after save_slot) take its last token back out to verify it with drafts
+                if _trim(cache, 1) != 1:
+                    self._stale = True
+                    raise BackendRuntimeError("the MLX prompt cache could not be trimmed")
+                self._n_kv -= 1
+                self._pending = self._history[-1]
+        self._logits = self._y = None
+        eog = self._loaded.eog
+        stop_at_eog = not self.config.ignore_eos
+        draft_length = self.config.draft_length
+        # as _decode: when the stream surely ends with this step, its last token is not fed
+        ends = max_tokens >= self.config.max_tokens - self._generated or \
+            len(self._history) + max_tokens >= self.context_size
+        seq = list(self._history)
+        out: list[int] = []
+        drafted = accepted = 0
+
+        def is_end(tok: int) -> bool:
+            return stop_at_eog and tok in eog
+
+        while len(out) < max_tokens:
+            if out and cancel.is_set():
+                self._raise_if_cancelled()
+            k = min(draft_length, max_tokens - len(out) - 1)
+            drafts = drafter.propose(seq, k) if k > 0 else []
+            start = self._n_kv
+            pending = self._pending
+            try:
+                with mx.stream(_STREAM):
+                    if ahead is None:  # feed the pending token (with the drafts, if any)
+                        logits = model(mx.array([pending, *drafts], dtype=mx.uint32)[None],
+                                       cache=cache)
+                        self._n_kv += 1 + len(drafts)
+                        self._pending = None
+                        targets = _greedy(logits[0])
+                        last = start  # cache position of the sequence's last token
+                    elif drafts:
+                        logits = model(mx.array(drafts, dtype=mx.uint32)[None], cache=cache)
+                        self._n_kv += len(drafts)
+                        targets = mx.concatenate([ahead, _greedy(logits[0])])
+                        last = start - 1
+                    else:
+                        targets = ahead
+                        last = start - 1
+                    if not drafts:  # one token, fed ahead before waiting for it (as _decode)
+                        y = targets[-1:]
+                        if ends and len(out) + 1 == max_tokens:
+                            ahead = None
+                            tok = y.item()
+                            self._pending = tok
+                        else:
+                            ahead = _greedy(model(y[None], cache=cache)[:, -1, :])
+                            self._n_kv += 1
+                            mx.async_eval(ahead)  # type: ignore[no-untyped-call,unused-ignore]
+                            tok = y.item()
+                        out.append(tok)
+                        seq.append(tok)
+                        if not self._n_kv & 255:
+                            mx.clear_cache()  # as generate_step, every 256 tokens
+                        if is_end(tok):
+                            break
+                        continue
+                    verdict = cast(list[int], targets.tolist())
+            except BaseException:
+                self._rollback(start)
+                self._pending = pending
+                if out:  # tokens this step made are in the cache, not in the history
+                    self._stale = True
+                raise
+            produced, n_ok = accept_greedy(drafts, verdict.__getitem__, is_end)
+            keep = last + len(produced)  # up to the last accepted draft; produced[-1] pends
+            extra = self._n_kv - keep  # the rejected drafts (and a fed end token)
+            if extra and _trim(cache, extra) != extra:
+                self._stale = True
+                raise BackendRuntimeError("the MLX prompt cache could not be trimmed")
+            if keep >> 8 != start >> 8:
+                mx.clear_cache()  # as generate_step, every 256 tokens
+            self._n_kv = keep
+            self._pending = produced[-1]
+            ahead = None
+            out.extend(produced)
+            seq.extend(produced)
+            drafted += len(drafts)
+            accepted += n_ok
+            if is_end(produced[-1]):
+                break
+        if ahead is not None:  # the plain path's state: the whole sequence cached, next queued
+            self._y = ahead
+        return Decoded(out, drafted, accepted)
+
     def _reset(self) -> None:
+        if self._drafter is not None:
+            self._drafter.truncate(0)
         self._cache = make_prompt_cache(self._model)
         self._n_kv = 0
         self._pending = self._ahead = None
@@ -379,6 +527,8 @@ class MLXSession(Session):
         self._seed()
 
     def _truncate(self, n_keep: int) -> bool:
+        if self._drafter is not None:
+            self._drafter.truncate(n_keep)
         self._undo_ahead()
         if self._stale:
             return False
@@ -472,6 +622,8 @@ class MLXSession(Session):
         offsets = {getattr(c, "offset", n_kv) for c in cache}
         if offsets != {n_kv} or tuple(logits.shape) != (1, self._loaded.vocab_size):
             raise SlotError("the saved prompt cache does not match its token history")
+        if self._drafter is not None:
+            self._drafter.truncate(0)
         self._cache = cache
         self._n_kv = n_kv
         self._pending = self._ahead = None
@@ -484,6 +636,9 @@ class MLXSession(Session):
     # ------------------------------------------------------------------ teardown
 
     def _close(self) -> None:
+        if self._drafter is not None:
+            self._drafter.close()
+            self._drafter = None
         self._cache = []
         self._logits = self._y = None
 
