@@ -501,13 +501,10 @@ class Session(ABC):
             raise SessionBusyError(
                 f"{op}(): another thread is using this session; a session has one consumer "
                 "(open one session per thread)")
-        try:
-            self._check_open()
-            if not allow_cancelled:
-                self._raise_if_cancelled()
-        except BaseException:
+        if self._closed or (not allow_cancelled and self._cancel.is_set()):
             self._lock.release()
-            raise
+            self._check_open()
+            self._raise_if_cancelled()
 
     @contextmanager
     def _consumer(self, op: str, *, allow_cancelled: bool = False) -> Iterator[None]:
