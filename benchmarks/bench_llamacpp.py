@@ -247,7 +247,10 @@ def bench(models: list[str], repeat: int, n_prompt: int, n_gen: int, threads: in
             rows[c] = {k: summarize(runs[c], k) for k in
                        ("load_s", "ttft_s", "prefill_s", "prefill_tps", "decode_tps",
                         "peak_rss_mb")}
-            rows[c]["per_position_tps"] = runs[c][-1]["per_position_tps"]
+            buckets = runs[c][0]["per_position_tps"].keys()
+            rows[c]["per_position_tps"] = {  # median over the repeats, bucket by bucket
+                b: statistics.median(r["per_position_tps"][b] for r in runs[c]
+                                     if b in r["per_position_tps"]) for b in buckets}
         base = rows["minimal"]["decode_tps"]["median"] if "minimal" in rows else None
         for c in contenders:
             if base:
