@@ -19,53 +19,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from eliza_backends import InferenceContext, open_stream
+from bench_speculative import compare, run
+
+from eliza_backends import InferenceContext
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "examples" / "bundles" / "tiny"
 RUNTIMES = {"interpreter": {"litert-lm": {"session": "interpreter", "runtime": "interpreter"}},
             "compiled": {"litert-lm": {"session": "interpreter", "runtime": "compiled"}}}
-
-
-def run(ctx: InferenceContext, prompt: list[int], n_gen: int, threads: int,
-        options: dict[str, Any], **cfg: Any) -> dict[str, Any]:
-    with open_stream(ctx, backend="litert-lm", threads=threads, max_tokens=n_gen,
-                     ignore_eos=True, options=options, **cfg) as s:
-        s.prefill(prompt)
-        t0 = time.perf_counter()
-        tokens = [t for step in s for t in step.tokens]
-        dt = time.perf_counter() - t0
-        m = s.metrics
-        return {"tokens": tokens, "tps": len(tokens) / dt, "drafted": m.drafted,
-                "accepted": m.accepted}
-
-
-def compare(ctx: InferenceContext, prompt: list[int], n_gen: int, threads: int, repeat: int,
-            options: dict[str, Any], variants: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    runs: dict[str, list[dict[str, Any]]] = {"plain": [], **{v: [] for v in variants}}
-    for _ in range(repeat):
-        runs["plain"].append(run(ctx, prompt, n_gen, threads, options))
-        for name, cfg in variants.items():
-            runs[name].append(run(ctx, prompt, n_gen, threads, options, **cfg))
-    base = statistics.median(r["tps"] for r in runs["plain"])
-    expected = runs["plain"][0]["tokens"]
-    rows = {}
-    for name, rs in runs.items():
-        tps = statistics.median(r["tps"] for r in rs)
-        drafted = sum(r["drafted"] for r in rs)
-        rows[name] = {
-            "decode_tps": tps, "speedup": tps / base,
-            "drafted_per_run": drafted / len(rs),
-            "acceptance": (sum(r["accepted"] for r in rs) / drafted) if drafted else None,
-            "identical_to_greedy": all(r["tokens"] == expected for r in rs),
-        }
-    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,11 +47,13 @@ def main(argv: list[str] | None = None) -> int:
     with InferenceContext(TINY) as ctx:
         for rt, options in RUNTIMES.items():
             first = train[0]["prompt_ids"]
-            cont = run(ctx, first, args.gen, args.threads, options)["tokens"]
+            cont = run(ctx, first, args.gen, args.threads, backend="litert-lm",
+                       options=options)["tokens"]
             prompts = {c["name"]: c["prompt_ids"] for c in train}
             prompts["best case (prompt+greedy+prompt)"] = first + cont + first[1:]
-            report[rt] = {name: compare(ctx, ids, args.gen, args.threads, args.repeat, options,
-                                        variants) for name, ids in prompts.items()}
+            report[rt] = {name: compare(ctx, ids, args.gen, args.threads, args.repeat, variants,
+                                        backend="litert-lm", options=options)
+                          for name, ids in prompts.items()}
     if args.json:
         print(json.dumps(report, indent=2))
         return 0

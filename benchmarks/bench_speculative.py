@@ -45,10 +45,12 @@ def big_bundle_with_draft() -> Path:
     return bundle
 
 
-def run(ctx: InferenceContext, prompt: list[int], n_gen: int, threads: int,
-        **cfg: Any) -> dict[str, Any]:
-    with open_stream(ctx, backend="llama.cpp", threads=threads, max_tokens=n_gen,
-                     ignore_eos=True, context_size=4096, **cfg) as s:
+def run(ctx: InferenceContext, prompt: list[int], n_gen: int, threads: int, *,
+        backend: str = "llama.cpp", **cfg: Any) -> dict[str, Any]:
+    """One greedy generation of ``n_gen`` tokens; its tokens, decode tok/s and drafter stats."""
+    cfg.setdefault("context_size", 4096)
+    with open_stream(ctx, backend=backend, threads=threads, max_tokens=n_gen,
+                     ignore_eos=True, **cfg) as s:
         s.prefill(prompt)
         t0 = time.perf_counter()
         tokens = [t for step in s for t in step.tokens]
@@ -59,13 +61,14 @@ def run(ctx: InferenceContext, prompt: list[int], n_gen: int, threads: int,
 
 
 def compare(ctx: InferenceContext, prompt: list[int], n_gen: int, threads: int, repeat: int,
-            variants: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Interleave the plain run with every variant; medians, speed-up, acceptance, parity."""
+            variants: dict[str, dict[str, Any]], **common: Any) -> dict[str, Any]:
+    """Interleave the plain run with every variant; medians, speed-up, acceptance, parity.
+    ``common`` goes to every run (e.g. ``backend=``, ``options=``)."""
     runs: dict[str, list[dict[str, Any]]] = {"plain": [], **{v: [] for v in variants}}
     for _ in range(repeat):
-        runs["plain"].append(run(ctx, prompt, n_gen, threads))
+        runs["plain"].append(run(ctx, prompt, n_gen, threads, **common))
         for name, cfg in variants.items():
-            runs[name].append(run(ctx, prompt, n_gen, threads, **cfg))
+            runs[name].append(run(ctx, prompt, n_gen, threads, **common, **cfg))
         print(".", end="", file=sys.stderr, flush=True)
     base = statistics.median(r["tps"] for r in runs["plain"])
     expected = runs["plain"][0]["tokens"]
@@ -76,6 +79,7 @@ def compare(ctx: InferenceContext, prompt: list[int], n_gen: int, threads: int, 
         rows[name] = {
             "decode_tps": tps, "min": min(r["tps"] for r in rs),
             "max": max(r["tps"] for r in rs), "speedup": tps / base,
+            "drafted_per_run": drafted / len(rs),
             "acceptance": (sum(r["accepted"] for r in rs) / drafted) if drafted else None,
             "identical_to_greedy": all(r["tokens"] == expected for r in rs),
         }
