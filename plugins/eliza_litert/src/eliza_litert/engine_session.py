@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -80,8 +81,21 @@ def _backend(rung: Rung, threads: int | None) -> Any:
     return litert_lm.Backend.CPU(thread_count=threads) if threads else litert_lm.Backend.CPU()
 
 
+#: LiteRT-LM logs dozens of INFO/WARNING lines per engine to stderr; errors only, unless the
+#: app sets ELIZA_LITERT_LOG (a litert_lm.LogSeverity name, e.g. INFO).
+LOG_ENV = "ELIZA_LITERT_LOG"
+
+
+def _quiet_native_logs() -> None:
+    level = os.environ.get(LOG_ENV, "ERROR").upper()
+    severity = getattr(litert_lm.LogSeverity, level, litert_lm.LogSeverity.ERROR)
+    with contextlib.suppress(AttributeError):
+        litert_lm.set_min_log_severity(severity)
+
+
 def load_engine(path: Path, rung: Rung, threads: int | None, cache_dir: str | None) -> LoadedEngine:
     """Check the container, then start the engine on the rung's LiteRT-LM backend."""
+    _quiet_native_logs()
     container = read_container(path)
     spec = container.hf_tokenizer_json()
     if spec is None:
