@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench_speculative import compare, run
+from bench_speculative import compare, format_row, run
 
 from eliza_backends import InferenceContext
 
@@ -61,10 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{rt}  (gen {args.gen}, threads {args.threads}, medians of {args.repeat})")
         for group, rows in groups.items():
             for name, r in rows.items():
-                acc = "-" if r["acceptance"] is None else f"{100 * r['acceptance']:.0f}%"
-                print(f"  {group[:34]:<35}{name:<11}{r['decode_tps']:>8.0f} tok/s  "
-                      f"x{r['speedup']:.2f}  drafted {r['drafted_per_run']:>5.1f}  "
-                      f"accept {acc:>5}  identical={r['identical_to_greedy']}")
+                print(format_row(group, name, r))
     return 0
 
 

@@ -86,6 +86,15 @@ def compare(ctx: InferenceContext, prompt: list[int], n_gen: int, threads: int, 
     return rows
 
 
+def format_row(group: str, name: str, r: dict[str, Any]) -> str:
+    """One table line of a :func:`compare` row."""
+    acc = "-" if r["acceptance"] is None else f"{100 * r['acceptance']:.0f}%"
+    return (f"  {group[:34]:<35}{name:<18}{r['decode_tps']:>9.1f} tok/s "
+            f"({r['min']:.1f}-{r['max']:.1f})  x{r['speedup']:.2f}  "
+            f"drafted/run {r['drafted_per_run']:>5.1f}  accept {acc:>5}  "
+            f"identical={r['identical_to_greedy']}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=3)
@@ -143,10 +152,7 @@ def main(argv: list[str] | None = None) -> int:
                                  for v in rows.values()) else {"": rows}
             for group, variants in nested.items():
                 for name, r in variants.items():
-                    acc = "-" if r["acceptance"] is None else f"{100 * r['acceptance']:.0f}%"
-                    print(f"  {group:<14} {name:<18} {r['decode_tps']:>9.1f} tok/s "
-                          f"({r['min']:.1f}-{r['max']:.1f})  x{r['speedup']:.2f}  "
-                          f"accept {acc:>5}  identical={r['identical_to_greedy']}")
+                    print(format_row(group, name, r))
     return 0
 
 
