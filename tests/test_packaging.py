@@ -42,3 +42,33 @@ def test_wheels_install_and_register(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=300)
     assert gen.returncode == 0, gen.stderr
     assert gen.stdout.strip()
+
+
+@pytest.mark.slow
+def test_every_distribution_carries_its_metadata(tmp_path: Path) -> None:
+    """LICENSE and py.typed in every wheel, the classifiers users filter on, and an sdist that
+    holds the package and its metadata only (no tests, docs, models or other distributions)."""
+    import tarfile
+    import zipfile
+
+    for project in [ROOT, *PLUGINS]:
+        out = tmp_path / project.name
+        subprocess.run([sys.executable, "-m", "build", "--quiet", "-o", str(out), str(project)],
+                       check=True, timeout=600, capture_output=True)
+        (wheel,) = out.glob("*.whl")
+        (sdist,) = out.glob("*.tar.gz")
+        with zipfile.ZipFile(wheel) as zf:
+            names = zf.namelist()
+            meta = zf.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+        package = wheel.name.split("-")[0]
+        assert f"{package}/py.typed" in names, wheel.name
+        assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), wheel.name
+        for line in ("License-Expression: Apache-2.0", "Requires-Python: >=3.10",
+                     "Classifier: Development Status :: 3 - Alpha",
+                     "Classifier: Programming Language :: Python :: 3.11"):
+            assert line in meta, (wheel.name, line)
+        with tarfile.open(sdist) as tf:
+            members = [m.split("/", 1)[1] for m in tf.getnames() if "/" in m]
+        stray = [m for m in members if not (m.startswith(f"src/{package}/") or m in {
+            "LICENSE", "README.md", "pyproject.toml", "PKG-INFO", ".gitignore"})]
+        assert stray == [], (sdist.name, stray)
