@@ -4,7 +4,8 @@
 
 Each turn appends a user message; the reusing stream (``prefill_messages``) prefills only the
 new tokens, the fresh stream prefills the whole conversation. Reported per turn: conversation
-length, tokens prefilled, and time to first token (median of ``--repeat`` interleaved runs).
+length, tokens prefilled, and time to first token (median of ``--repeat`` runs interleaved with
+rotation by ``benchmarks/harness.py``).
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness import TINY, interleave
+
 from eliza_backends import InferenceContext, open_stream
 
-TINY = Path(__file__).resolve().parent.parent / "examples" / "bundles" / "tiny"
 QUESTIONS = ["What is two plus two?", "Name three colors.", "Where do fish live?",
              "What is four plus four?", "Tell me about the river.", "And the lighthouse?",
              "What is two plus two?", "Name three colors."]
@@ -55,12 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bundle", type=Path, default=TINY)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    runs: dict[bool, list[list[dict[str, float]]]] = {True: [], False: []}
     with InferenceContext(args.bundle) as ctx:
-        for _ in range(args.repeat):
-            for reuse in (True, False):
-                runs[reuse].append(conversation(ctx, args.backend, args.turns, args.threads,
-                                                reuse))
+        by_name = interleave(["reuse", "fresh"], args.repeat, lambda name: conversation(
+            ctx, args.backend, args.turns, args.threads, name == "reuse"))
+    runs = {True: by_name["reuse"], False: by_name["fresh"]}
     table: list[dict[str, Any]] = []
     for t in range(args.turns):
         row: dict[str, Any] = {"turn": t + 1, "context": runs[True][0][t]["context"]}

@@ -5,8 +5,9 @@
                                       [--tokens 64] [--threads 1] [--json]
 
 One run, interleaved repetitions (each repetition runs every contestant once, in a rotated
-order), medians. For each contestant: time to first token (from the start of prefill to the
-first generated token) and decode tokens/s (tokens after the first / time after the first).
+order: ``benchmarks/harness.py``), medians. For each contestant: time to first token (from the
+start of prefill to the first generated token) and decode tokens/s (tokens after the first /
+time after the first).
 
 Contestants:
   seam/interpreter   open_stream(backend="litert-lm") token-exact session (ai-edge-litert)
@@ -32,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from harness import ROOT, interleave
 
 Timing = tuple[float, float, int]  # ttft seconds, decode tok/s, tokens
 
@@ -174,14 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_llamacpp and list(text.glob("*.gguf")):
         contestants["seam/llama.cpp"] = seam(bundle, prompt, n, th, "llama.cpp")
 
-    names = list(contestants)
-    results: dict[str, list[Timing]] = {k: [] for k in names}
-    for name in names:  # warm-up, not counted
-        contestants[name][0]()
-    for rep in range(args.reps):
-        order = names[rep % len(names):] + names[:rep % len(names)]
-        for name in order:
-            results[name].append(contestants[name][0]())
+    results = interleave(list(contestants), args.reps, lambda name: contestants[name][0](),
+                         warmup=True)
     for _, close in contestants.values():
         close()
 

@@ -132,8 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     ensure_bundle(out, args.tool_python)
 
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from bench_litert import Timing, seam
+    from bench_litert import seam
+    from harness import interleave
 
     rng = random.Random(0)
     prompt = [0] + [rng.randrange(6, 384) for _ in range(args.prompt_tokens - 1)]
@@ -148,13 +148,8 @@ def main(argv: list[str] | None = None) -> int:
             "litert/compiled": seam(out, prompt, args.tokens, th, "litert-lm", {
                 "litert-lm": {"session": "interpreter", "runtime": "compiled"}}),
         }
-        names = list(contestants)
-        results: dict[str, list[Timing]] = {k: [] for k in names}
-        for name in names:
-            contestants[name][0]()  # warm-up
-        for rep in range(args.reps):
-            for name in names[rep % len(names):] + names[:rep % len(names)]:
-                results[name].append(contestants[name][0]())
+        results = interleave(list(contestants), args.reps,
+                             lambda name, c=contestants: c[name][0](), warmup=True)
         for _, close in contestants.values():
             close()
         summary = {name: {"ttft_ms": statistics.median(r[0] for r in runs) * 1e3,

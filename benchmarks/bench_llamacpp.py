@@ -3,7 +3,8 @@
     python benchmarks/bench_llamacpp.py [--models tiny,q4_0,q8_0] [--repeat 3] [--gen 128] [--json]
 
 Contenders, each run in a fresh process (so peak RSS and load time are its own), interleaved
-A B C A B C ... so that machine noise hits all of them alike:
+with rotation (A B C, B C A, ...: ``benchmarks/harness.py``) so that machine noise hits all of
+them alike:
 
 - ``seam``: ``eliza_backends.open_stream(..., backend="llama.cpp")``, prefill + ``next()``;
 - ``minimal``: a minimal ctypes loop on llama-cpp-python's low-level API (batch, decode, greedy
@@ -23,18 +24,16 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from harness import ROOT, TINY, interleave, spawn, summarize
+
 CACHE = ROOT / ".bench-cache"
-TINY = ROOT / "examples" / "bundles" / "tiny"
 CONTENDERS = ("seam", "minimal", "highlevel")
 PROMPT = ("The history of the lighthouse begins on a rocky coast where sailors needed a light "
           "to guide them home through storms and fog. ")
@@ -59,7 +58,7 @@ def _gguf(bundle: Path) -> Path:
 def _extra_buffers() -> bool:
     """The same llama.cpp buffer setting the seam uses on this host (see eliza_llamacpp)."""
     from eliza_llamacpp import LlamaCppOptions
-    from eliza_llamacpp.session import use_extra_buffers
+    from eliza_llamacpp.model import use_extra_buffers
 
     return use_extra_buffers(LlamaCppOptions())
 
@@ -213,23 +212,6 @@ WORKERS = {"seam": run_seam, "minimal": run_minimal, "highlevel": run_highlevel}
 # ---------------------------------------------------------------------------- driver
 
 
-def _spawn(contender: str, bundle: Path, n_prompt: int, n_gen: int, threads: int
-           ) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, __file__, "--worker", contender, "--bundle", str(bundle),
-         "--prompt-tokens", str(n_prompt), "--gen", str(n_gen), "--threads", str(threads)],
-        capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "0"})
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
-
-
-def summarize(runs: list[dict[str, Any]], key: str) -> dict[str, float] | None:
-    values = [r[key] for r in runs if r.get(key) is not None]
-    if not values:
-        return None
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
-
 def bench(models: list[str], repeat: int, n_prompt: int, n_gen: int, threads: int,
           contenders: tuple[str, ...] = CONTENDERS) -> dict[str, Any]:
     """Run every contender on every model, interleaved; return the summary."""
@@ -237,14 +219,13 @@ def bench(models: list[str], repeat: int, n_prompt: int, n_gen: int, threads: in
                               "gen_tokens": n_gen, "models": {}}
     for name in models:
         bundle = model_bundle(name)
-        runs: dict[str, list[dict[str, Any]]] = {c: [] for c in contenders}
-        for _ in range(repeat):
-            for c in contenders:
-                runs[c].append(_spawn(c, bundle, n_prompt, n_gen, threads))
-                print(".", end="", file=sys.stderr, flush=True)
+        args = ("--bundle", str(bundle), "--prompt-tokens", str(n_prompt), "--gen", str(n_gen),
+                "--threads", str(threads))
+        runs = interleave(contenders, repeat,
+                          lambda c, args=args: spawn(__file__, c, *args))
         rows = {}
         for c in contenders:
-            rows[c] = {k: summarize(runs[c], k) for k in
+            rows[c] = {k: summarize(r.get(k) for r in runs[c]) for k in
                        ("load_s", "ttft_s", "prefill_s", "prefill_tps", "decode_tps",
                         "peak_rss_mb")}
             buckets = runs[c][0]["per_position_tps"].keys()
@@ -259,7 +240,6 @@ def bench(models: list[str], repeat: int, n_prompt: int, n_gen: int, threads: in
             rows["seam"]["ttft_minus_prefill_ms"] = 1000 * (
                 rows["seam"]["ttft_s"]["median"] - rows["seam"]["prefill_s"]["median"])
         report["models"][name] = rows
-    print(file=sys.stderr)
     return report
 
 

@@ -4,9 +4,9 @@
     python benchmarks/bench_mlx.py --realistic 0.85b    # + a random-weight 0.85 B llama
     python benchmarks/bench_mlx.py --json               # machine-readable
 
-For each model the paths run interleaved (A B A B ..., who goes first rotating each round, a
-50 ms pause between runs) on one loaded model, so drift in a shared machine's load hits both
-alike, and the table reports medians:
+For each model the paths run interleaved (``benchmarks/harness.py``: who goes first rotates
+each round, a 50 ms pause between runs) on one loaded model, so drift in a shared machine's load
+hits both alike, and the table reports medians:
 
 * **seam**: ``open_stream(bundle, backend="mlx")``: ``reset()``, ``prefill(ids)``, then
   ``next()`` one token at a time (the streaming case; ``--step`` for multi-token steps);
@@ -41,8 +41,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-TINY = ROOT / "examples" / "bundles" / "tiny"
+from harness import ROOT, TINY, interleave
+
 PRESETS = {  # as tools/make_random_gguf.py
     "0.85b": dict(hidden=2048, layers=16, heads=16, kv_heads=4, ffn=5632),
     "small": dict(hidden=256, layers=4, heads=4, kv_heads=2, ffn=688),
@@ -144,22 +144,18 @@ def bench_model(label: str, bundle: Path, prompt: list[int], n: int, rounds: int
     tokenizer.eos_token_ids = ()  # never stop early: both paths make exactly n tokens
     lcpp = eb.open_stream(bundle, backend="llama.cpp", threads=llama_threads, **cfg) \
         if llama else None
-    runs: dict[str, list[tuple[float, float]]] = {"seam": [], "stream_generate": []}
-    if lcpp is not None:
-        runs["llama.cpp"] = []
     # warm-up (compile caches, allocator), not measured
     seam_run(seam, prompt, min(n, 4), step)
     direct_run(model, tokenizer, prompt, min(n, 4), 512)
-    order = list(runs)
-    for i in range(rounds):
-        for path in order[i % len(order):] + order[:i % len(order)]:  # rotate who goes first
-            time.sleep(0.05)  # let the previous path's worker threads go idle
-            if path == "seam":
-                runs[path].append(seam_run(seam, prompt, n, step))
-            elif path == "stream_generate":
-                runs[path].append(direct_run(model, tokenizer, prompt, n, 512))
-            else:
-                runs[path].append(seam_run(lcpp, prompt, n, step))
+
+    def one(path: str) -> tuple[float, float]:
+        if path == "stream_generate":
+            return direct_run(model, tokenizer, prompt, n, 512)
+        return seam_run(seam if path == "seam" else lcpp, prompt, n, step)
+
+    paths = ["seam", "stream_generate", *(["llama.cpp"] if lcpp is not None else [])]
+    # who goes first rotates; the pause lets the previous path's worker threads go idle
+    runs = interleave(paths, rounds, one, pause=0.05, progress=False)
     seam.close()
     if lcpp is not None:
         lcpp.close()

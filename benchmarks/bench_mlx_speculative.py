@@ -36,10 +36,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from eliza_backends import InferenceContext, open_stream
+from bench_speculative import Variant, compare
+from bench_speculative import run as run_spec
+from harness import TINY, emit
 
-ROOT = Path(__file__).resolve().parent.parent
-TINY = ROOT / "examples" / "bundles" / "tiny"
+from eliza_backends import InferenceContext
+
 VARIANTS: dict[str, dict[str, Any]] = {
     "plain": {},
     "ngram k=4": {"drafter": "ngram", "draft_length": 4},
@@ -50,18 +52,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 
 def run(ctx: InferenceContext, prompt: list[int], n_gen: int, **cfg: Any) -> dict[str, Any]:
-    """One generation: tokens, decode and end-to-end tok/s, drafted / accepted."""
-    with open_stream(ctx, backend="mlx", max_tokens=n_gen, ignore_eos=True,
-                     context_size=max(512, 2 * (len(prompt) + n_gen)), **cfg) as s:
-        t0 = time.perf_counter()
-        s.prefill(prompt)
-        t1 = time.perf_counter()
-        tokens = [t for step in s for t in step.tokens]
-        t2 = time.perf_counter()
-        m = s.metrics
-        return {"tokens": tokens, "tps": len(tokens) / (t2 - t1),
-                "e2e_tps": len(tokens) / (t2 - t0), "drafted": m.drafted,
-                "accepted": m.accepted}
+    """One MLX generation (:func:`bench_speculative.run` with this script's context size)."""
+    return run_spec(ctx, prompt, n_gen, None, backend="mlx",
+                    context_size=max(512, 2 * (len(prompt) + n_gen)), **cfg)
 
 
 class _Silent:
@@ -81,14 +74,13 @@ def run_with(ctx: InferenceContext, prompt: list[int], n_gen: int, drafter: str,
              draft_length: int = 4) -> dict[str, Any]:
     """Like :func:`run`, on an MLX session built directly with a drafter StreamConfig cannot
     name: "silent" (never proposes) or "ngram-min2" (the core's NgramDrafter with min_n=2)."""
-    from eliza_mlx.mlx_session import MLXSession, load_weights
-    from eliza_mlx.probe import check_mlx_folder
+    from eliza_mlx.mlx_session import MLXSession
+    from eliza_mlx.model import shared_weights
 
     from eliza_backends import StreamConfig
     from eliza_backends.speculative import NgramDrafter
 
-    folder = check_mlx_folder(mlx_folder(ctx))
-    loaded = ctx.shared(("mlx", str(folder.path)), lambda: load_weights(folder))
+    loaded = shared_weights(ctx, mlx_folder(ctx))
     cfg = StreamConfig(max_tokens=n_gen, ignore_eos=True, drafter="ngram",
                        draft_length=draft_length,
                        context_size=max(512, 2 * (len(prompt) + n_gen)))
@@ -118,40 +110,21 @@ def mlx_folder(ctx: InferenceContext) -> Path:
     """The MLX folder the factory opens for this bundle."""
     from eliza_mlx import MLX_FORMATS, MLXFactory
 
-    return MLXFactory()._pick(ctx.bundle_dir, MLX_FORMATS, None)
+    return MLXFactory().artifact(ctx.bundle_dir, formats=MLX_FORMATS)
 
 
-def compare(ctx: InferenceContext, prompt: list[int], n_gen: int, repeat: int,
-            variants: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Interleave every variant ``repeat`` times; medians, speed-up, acceptance, parity."""
-    names = list(variants)
-    runs: dict[str, list[dict[str, Any]]] = {v: [] for v in names}
+def compare_mlx(ctx: InferenceContext, prompt: list[int], n_gen: int, repeat: int,
+                variants: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Every variant interleaved with rotation (:func:`bench_speculative.compare`)."""
     run(ctx, prompt, 8)  # warm-up, not measured
-    for i in range(repeat):
-        for name in names[i % len(names):] + names[:i % len(names)]:
-            time.sleep(0.02)
-            cfg = variants[name]
-            if "custom" in cfg:
-                runs[name].append(run_with(ctx, prompt, n_gen, cfg["custom"]))
-            else:
-                runs[name].append(run(ctx, prompt, n_gen, **cfg))
-        print(".", end="", file=sys.stderr, flush=True)
-    base = statistics.median(r["tps"] for r in runs["plain"])
-    base_e2e = statistics.median(r["e2e_tps"] for r in runs["plain"])
-    expected = runs["plain"][0]["tokens"]
-    rows = {}
-    for name, rs in runs.items():
-        tps = statistics.median(r["tps"] for r in rs)
-        e2e = statistics.median(r["e2e_tps"] for r in rs)
-        drafted = sum(r["drafted"] for r in rs)
-        rows[name] = {
-            "decode_tps": tps, "min": min(r["tps"] for r in rs), "max": max(r["tps"] for r in rs),
-            "speedup": tps / base, "e2e_tps": e2e, "e2e_speedup": e2e / base_e2e,
-            "drafted_per_run": drafted / len(rs),
-            "acceptance": (sum(r["accepted"] for r in rs) / drafted) if drafted else None,
-            "identical_to_greedy": all(r["tokens"] == expected for r in rs),
-        }
-    return rows
+    spec: dict[str, Variant] = {}
+    for name, cfg in variants.items():
+        if name == "plain":
+            continue
+        custom = cfg.get("custom")
+        spec[name] = (lambda c=custom: run_with(ctx, prompt, n_gen, c)) if custom else cfg
+    return compare(ctx, prompt, n_gen, None, repeat, spec, pause=0.02, backend="mlx",
+                   context_size=max(512, 2 * (len(prompt) + n_gen)))
 
 
 def ids_bos(oracle: dict[str, Any]) -> int:
@@ -209,8 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         prompts["noise: 64 random token ids"] = \
             ([ids_bos(oracle)] + [rng.randrange(3, 384) for _ in range(63)], args.gen)
         for name, (ids, n) in prompts.items():
-            report["prompts"][name] = compare(ctx, ids, n, args.repeat, variants)
-    print(file=sys.stderr)
+            report["prompts"][name] = compare_mlx(ctx, ids, n, args.repeat, variants)
     groups = report["prompts"]
     totals: dict[str, dict[str, list[float]]] = {}
     for group, rows in groups.items():
@@ -227,23 +199,28 @@ def main(argv: list[str] | None = None) -> int:
                "e2e_speedup": statistics.median(t["e2e"]),
                "acceptance": statistics.median(t["acc"]) if t["acc"] else None}
         for name, t in totals.items()}
-    if args.json:
-        print(json.dumps(report, indent=2))
-        return 0
-    print(f"{report['host']}  gen {args.gen}, medians of {args.repeat} interleaved runs")
-    for group, rows in groups.items():
-        print(f"\n{group}")
+    emit(report, args.json, render)
+    return 0
+
+
+def render(report: dict[str, Any]) -> str:
+    """The report's tables: one line per variant and prompt, then the medians over prompts."""
+    lines = [f"{report['host']}  gen {report['gen']}, medians of {report['repeat']} "
+             "interleaved runs"]
+    for group, rows in report["prompts"].items():
+        lines.append(f"\n{group}")
         for name, r in rows.items():
             acc = "-" if r["acceptance"] is None else f"{100 * r['acceptance']:.0f}%"
-            print(f"  {name:<16}{r['decode_tps']:>8.0f} tok/s ({r['min']:.0f}-{r['max']:.0f})"
-                  f"  x{r['speedup']:.2f}  e2e {r['e2e_tps']:>6.0f} x{r['e2e_speedup']:.2f}"
-                  f"  drafted {r['drafted_per_run']:>5.1f}  accept {acc:>5}"
-                  f"  identical={r['identical_to_greedy']}")
-    print("\ntraining prompts, median over prompts")
+            lines.append(f"  {name:<16}{r['decode_tps']:>8.0f} tok/s ({r['min']:.0f}-"
+                         f"{r['max']:.0f})  x{r['speedup']:.2f}  e2e {r['e2e_tps']:>6.0f} "
+                         f"x{r['e2e_speedup']:.2f}  drafted {r['drafted_per_run']:>5.1f}  "
+                         f"accept {acc:>5}  identical={r['identical_to_greedy']}")
+    lines.append("\ntraining prompts, median over prompts")
     for name, t in report["training_prompts_median"].items():
         acc = "-" if t["acceptance"] is None else f"{100 * t['acceptance']:.0f}%"
-        print(f"  {name:<16} x{t['speedup']:.2f}  e2e x{t['e2e_speedup']:.2f}  accept {acc:>5}")
-    return 0
+        lines.append(f"  {name:<16} x{t['speedup']:.2f}  e2e x{t['e2e_speedup']:.2f}  "
+                     f"accept {acc:>5}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

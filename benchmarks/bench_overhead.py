@@ -1,6 +1,7 @@
 """The seam's per-token cost on llama.cpp, in one process, on one context: ``Session.next``
 (1 and 16 tokens per call) against the bare ctypes loop (decode + greedy sample) driving the
-same ``llama_context``, interleaved, so model, position and machine state are identical.
+same ``llama_context``, interleaved with rotation (``benchmarks/harness.py``), so model,
+position and machine state are identical.
 
     python benchmarks/bench_overhead.py [--tokens 200] [--repeat 15]
 
@@ -13,12 +14,11 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
-from eliza_backends import open_stream
+from harness import TINY, interleave
 
-TINY = Path(__file__).resolve().parent.parent / "examples" / "bundles" / "tiny"
+from eliza_backends import open_stream
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
             s.prefill(prompt)
             s.next(1)
             ctx, smpl, one = s._ctx, s._sampler, s._one
-            pos, tok = s._n_kv, s._pending[0]
+            pos, tok = s._kv.n_kv, s._kv.pending[0]
             t0 = time.perf_counter()
             for _ in range(n - 1):
                 one.token[0] = tok
@@ -57,15 +57,12 @@ def main(argv: list[str] | None = None) -> int:
                 pos += 1
                 tok = lc.llama_sampler_sample(smpl, ctx, -1)
             dt = (time.perf_counter() - t0) / (n - 1)
-            s._n_kv, s._pending = pos, [tok]
+            s._kv.n_kv, s._kv.pending = pos, [tok]
             return dt
 
-        results: dict[str, list[float]] = {"raw loop": [], "seam next(1)": [],
-                                           "seam next(16)": []}
-        for _ in range(args.repeat):
-            results["raw loop"].append(raw())
-            results["seam next(1)"].append(seam(1))
-            results["seam next(16)"].append(seam(16))
+        runners = {"raw loop": raw, "seam next(1)": lambda: seam(1),
+                   "seam next(16)": lambda: seam(16)}
+        results = interleave(list(runners), args.repeat, lambda name: runners[name]())
     base = statistics.median(results["raw loop"])
     for name, values in results.items():
         med = statistics.median(values)

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_speculative.py [--repeat 3] [--gen 128] [--threads 2] [--json]
 
-Four tables (llama.cpp, greedy, interleaved A B A B, medians):
+Four tables (llama.cpp, greedy, interleaved with rotation by ``benchmarks/harness.py``, medians):
 
 (a) best case: n-gram lookup on the ~0.85 B random Q4_0 model with a prompt that already holds
     the exact greedy continuation (prompt + continuation + prompt), draft lengths 4 and 8;
@@ -22,18 +22,16 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench_llamacpp import model_bundle
+from harness import ROOT, TINY, emit, interleave
+
+from eliza_backends import InferenceContext, open_stream
+
 sys.path.insert(0, str(ROOT / "tools"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from bench_llamacpp import model_bundle  # noqa: E402
-
-from eliza_backends import InferenceContext, open_stream  # noqa: E402
-
-TINY = ROOT / "examples" / "bundles" / "tiny"
 
 
 def big_bundle_with_draft() -> Path:
@@ -45,40 +43,52 @@ def big_bundle_with_draft() -> Path:
     return bundle
 
 
-def run(ctx: InferenceContext, prompt: list[int], n_gen: int, threads: int, *,
+def run(ctx: InferenceContext, prompt: list[int], n_gen: int, threads: int | None, *,
         backend: str = "llama.cpp", **cfg: Any) -> dict[str, Any]:
-    """One greedy generation of ``n_gen`` tokens; its tokens, decode tok/s and drafter stats."""
+    """One greedy generation of ``n_gen`` tokens: its tokens, decode tok/s (from the first
+    ``next()``), end-to-end tok/s (from before the prefill) and the drafter's counts."""
     cfg.setdefault("context_size", 4096)
     with open_stream(ctx, backend=backend, threads=threads, max_tokens=n_gen,
                      ignore_eos=True, **cfg) as s:
+        t_start = time.perf_counter()
         s.prefill(prompt)
         t0 = time.perf_counter()
         tokens = [t for step in s for t in step.tokens]
-        dt = time.perf_counter() - t0
+        t1 = time.perf_counter()
         m = s.metrics
-        return {"tokens": tokens, "tps": len(tokens) / dt, "drafted": m.drafted,
+        return {"tokens": tokens, "tps": len(tokens) / (t1 - t0),
+                "e2e_tps": len(tokens) / (t1 - t_start), "drafted": m.drafted,
                 "accepted": m.accepted}
 
 
-def compare(ctx: InferenceContext, prompt: list[int], n_gen: int, threads: int, repeat: int,
-            variants: dict[str, dict[str, Any]], **common: Any) -> dict[str, Any]:
-    """Interleave the plain run with every variant; medians, speed-up, acceptance, parity.
-    ``common`` goes to every run (e.g. ``backend=``, ``options=``)."""
-    runs: dict[str, list[dict[str, Any]]] = {"plain": [], **{v: [] for v in variants}}
-    for _ in range(repeat):
-        runs["plain"].append(run(ctx, prompt, n_gen, threads, **common))
-        for name, cfg in variants.items():
-            runs[name].append(run(ctx, prompt, n_gen, threads, **common, **cfg))
-        print(".", end="", file=sys.stderr, flush=True)
+Variant = dict[str, Any] | Callable[[], dict[str, Any]]
+
+
+def compare(ctx: InferenceContext, prompt: list[int], n_gen: int, threads: int | None,
+            repeat: int, variants: dict[str, Variant], *, pause: float = 0.0,
+            **common: Any) -> dict[str, Any]:
+    """Interleave the plain run with every variant (a config for :func:`run`, or a function
+    doing its own run); medians, speed-up, acceptance, parity. ``common`` goes to every
+    :func:`run` (e.g. ``backend=``, ``options=``)."""
+    configs: dict[str, Variant] = {"plain": {}, **variants}
+
+    def one(name: str) -> dict[str, Any]:
+        cfg = configs[name]
+        return cfg() if callable(cfg) else run(ctx, prompt, n_gen, threads, **common, **cfg)
+
+    runs = interleave(list(configs), repeat, one, pause=pause)
     base = statistics.median(r["tps"] for r in runs["plain"])
+    base_e2e = statistics.median(r["e2e_tps"] for r in runs["plain"])
     expected = runs["plain"][0]["tokens"]
     rows = {}
     for name, rs in runs.items():
         tps = statistics.median(r["tps"] for r in rs)
+        e2e = statistics.median(r["e2e_tps"] for r in rs)
         drafted = sum(r["drafted"] for r in rs)
         rows[name] = {
             "decode_tps": tps, "min": min(r["tps"] for r in rs),
             "max": max(r["tps"] for r in rs), "speedup": tps / base,
+            "e2e_tps": e2e, "e2e_speedup": e2e / base_e2e,
             "drafted_per_run": drafted / len(rs),
             "acceptance": (sum(r["accepted"] for r in rs) / drafted) if drafted else None,
             "identical_to_greedy": all(r["tokens"] == expected for r in rs),
@@ -140,20 +150,22 @@ def main(argv: list[str] | None = None) -> int:
                     {"ngram k=4": {"drafter": "ngram", "draft_length": 4},
                      "draft model k=4": {"drafter": "model", "draft_length": 4}})
             report["d_tiny_training_text"] = rows
-    print(file=sys.stderr)
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        for table, rows in report.items():
-            if not isinstance(rows, dict):
-                continue
-            print(f"\n{table}")
-            nested = rows if all(isinstance(v, dict) and "decode_tps" not in v
-                                 for v in rows.values()) else {"": rows}
-            for group, variants in nested.items():
-                for name, r in variants.items():
-                    print(format_row(group, name, r))
+    emit(report, args.json, render)
     return 0
+
+
+def render(report: dict[str, Any]) -> str:
+    """The tables of a report: one line per variant (:func:`format_row`)."""
+    lines = []
+    for table, rows in report.items():
+        if not isinstance(rows, dict):
+            continue
+        lines.append(f"\n{table}")
+        nested = rows if all(isinstance(v, dict) and "decode_tps" not in v
+                             for v in rows.values()) else {"": rows}
+        for group, variants in nested.items():
+            lines += [format_row(group, name, r) for name, r in variants.items()]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

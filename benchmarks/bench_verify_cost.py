@@ -11,14 +11,10 @@ bound for perfect acceptance (a = n - 1).
 from __future__ import annotations
 
 import argparse
-import statistics
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_llamacpp import model_bundle
+from harness import summarize
 
 from eliza_backends import open_stream
 
@@ -36,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         s = stream.session
         ids = s.tokenize("The river ran past the old mill and the wheel turned all day. " * 8)
         s.prefill(ids[:200])
-        ctx, batch, base = s._ctx, s._batch, s._n_kv  # type: ignore[attr-defined]
+        ctx, batch, base = s._ctx, s._batch, s._kv.n_kv  # type: ignore[attr-defined]
         mem = lc.llama_get_memory(ctx)
         cost: dict[int, float] = {}
         for n in (1, 2, 3, 5, 9):
@@ -50,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
                 assert lc.llama_decode(ctx, batch) == 0
                 times.append(time.perf_counter() - t0)
                 lc.llama_memory_seq_rm(mem, 0, base, -1)
-            cost[n] = statistics.median(times)
+            cost[n] = (summarize(times) or {"median": 0.0})["median"]
     one = cost[1]
     print(f"{args.model}, {args.threads} threads: one decode over n tokens, relative to n=1")
     for n, t in cost.items():

@@ -19,15 +19,12 @@ import argparse
 import json
 import os
 import platform
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-HERE = Path(__file__).resolve().parent
+from harness import HERE, ROOT, run_script
 
 
 def memory_read_bandwidth(threads: int = 2, mib: int = 512, repeat: int = 5) -> float:
@@ -54,20 +51,6 @@ def memory_read_bandwidth(threads: int = 2, mib: int = 512, repeat: int = 5) -> 
         dt = time.perf_counter() - t0
         best = max(best, threads * mib * 2**20 / dt / 1e9)
     return best
-
-
-def run_script(name: str, *args: str, timeout: int = 1800) -> dict[str, Any]:
-    """Run ``benchmarks/<name>`` with ``--json``; its parsed output or the error."""
-    cmd = [sys.executable, str(HERE / name), *args, "--json"]
-    print(f"$ {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        tail = proc.stderr.strip().splitlines()[-3:]
-        return {"error": f"exit {proc.returncode}: {' | '.join(tail)}"}
-    out: dict[str, Any] = json.loads(proc.stdout[proc.stdout.index("{"):])
-    out["_wall_s"] = time.perf_counter() - t0
-    return out
 
 
 def machine() -> dict[str, Any]:

@@ -22,6 +22,7 @@ from eliza_backends import (
     Decoded,
     Factory,
     InferenceContext,
+    ModelInfo,
     Session,
     StreamConfig,
 )
@@ -44,28 +45,13 @@ class ScriptedSession(Session):
     backend_name = "scripted"
 
     def __init__(self, config: StreamConfig, context: InferenceContext | None,
-                 fingerprint: str = "scripted-v1", chunk_seconds: float = 0.0005) -> None:
+                 artifact: Path | None = None, chunk_seconds: float = 0.0005) -> None:
         self._kv: list[int] = []
-        self._fingerprint = fingerprint
         self._chunk_seconds = chunk_seconds
         self._rng_state = config.seed
-        super().__init__(config, context)
-
-    @property
-    def vocab_size(self) -> int:
-        return VOCAB
-
-    @property
-    def context_size(self) -> int:
-        return self.config.context_size
-
-    @property
-    def eog_token_ids(self) -> frozenset[int]:
-        return frozenset({EOS})
-
-    @property
-    def bos_token_id(self) -> int | None:
-        return BOS
+        info = ModelInfo(vocab_size=VOCAB, eog_token_ids=frozenset({EOS}), bos_token_id=BOS,
+                         artifact=artifact, runtime="scripted-runtime 1")
+        super().__init__(config, context, info)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -108,11 +94,8 @@ class ScriptedSession(Session):
     def _token_bytes(self, token_id: int) -> bytes:
         return bytes([token_id]) if token_id < 256 else b""
 
-    def _tokenize(self, text: str, add_special: bool) -> list[int]:
+    def _tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
         return ([BOS] if add_special else []) + list(text.encode("utf-8"))
-
-    def _slot_identity(self) -> tuple[str, str]:
-        return self._fingerprint, "scripted-runtime 1"
 
     def _save_state(self) -> bytes:
         return json.dumps({"kv": self._kv, "rng": self._rng_state}).encode()
@@ -153,4 +136,5 @@ class ScriptedFactory(Factory):
         return f"scripted rank {self._rank}"
 
     def open(self, context: InferenceContext, config: StreamConfig) -> Session:
-        return ScriptedSession(config, context)
+        found = sorted((context.bundle_dir / "text").glob(f"*{self._suffix}"))
+        return ScriptedSession(config, context, found[0] if found else None)

@@ -1,7 +1,8 @@
 """The LiteRT backend (plugins/eliza_litert) on the tiny bundle: the conformance kit for the
-token-exact interpreter session and the LiteRT-LM engine session, oracle parity through the
-seam, auto-selection against llama.cpp, the accelerator ladder with fake hosts (and the CPU rung
-for real), the sampler, lazy imports, and bad headers before the runtime sees a file."""
+token-exact interpreter session and the LiteRT-LM engine session, the engine's text against the
+oracle (token-level oracle parity: test_oracle_parity.py), auto-selection against llama.cpp,
+the accelerator ladder with fake hosts (and the CPU rung for real), the sampler, lazy imports,
+and bad headers before the runtime sees a file."""
 
 from __future__ import annotations
 
@@ -110,21 +111,8 @@ class TestLiteRTEngineConformance(BackendConformance):
         return TINY_BUNDLE
 
 
-# ------------------------------------------------------------------------- oracle parity
-
-
-@pytest.mark.parametrize("options", [INTERP, COMPILED], ids=["interpreter", "compiled"])
-@pytest.mark.parametrize("case", ORACLE["prompts"], ids=lambda c: c["name"])
-def test_token_exact_greedy_matches_oracle_through_the_seam(case: dict, options: dict) -> None:
-    n = len(case["continuation_ids"])
-    with open_stream(TINY_BUNDLE, backend="litert-lm", max_tokens=n, ignore_eos=True,
-                     tokens_per_step=5, threads=1, options=options) as stream:
-        stream.prefill(case["prompt_ids"])
-        got = [t for step in stream for t in step.tokens]
-    assert got == case["continuation_ids"]
-
-
 # ------------------------------------------------------------------------- n-gram drafter
+# (oracle parity, with and without the drafter: tests/test_oracle_parity.py)
 
 
 def _greedy(options: dict, ids: list[int], n: int, **cfg: Any) -> tuple[list[int], int, int]:
@@ -136,21 +124,6 @@ def _greedy(options: dict, ids: list[int], n: int, **cfg: Any) -> tuple[list[int
         assert 0 <= st.accepted <= st.drafted
     return ([t for st in steps for t in st.tokens], sum(st.drafted for st in steps),
             sum(st.accepted for st in steps))
-
-
-@pytest.mark.parametrize("options", [INTERP, COMPILED], ids=["interpreter", "compiled"])
-def test_ngram_drafter_keeps_greedy_output_on_every_oracle_prompt(options: dict) -> None:
-    drafted_total = 0
-    for case in ORACLE["prompts"]:
-        n = len(case["continuation_ids"])
-        assert _greedy(options, case["prompt_ids"], n)[0] == case["continuation_ids"]
-        for k in (1, 4, 8):
-            got, drafted, accepted = _greedy(options, case["prompt_ids"], n, drafter="ngram",
-                                             draft_length=k)
-            assert got == case["continuation_ids"], (case["name"], k)
-            assert accepted <= drafted
-            drafted_total += drafted
-    assert drafted_total > 0
 
 
 def test_ngram_drafter_accepts_a_repeated_continuation() -> None:

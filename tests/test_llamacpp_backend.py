@@ -1,5 +1,6 @@
-"""The llama.cpp backend on the tiny bundle: the conformance kit, oracle parity, direct-runtime
-parity, long-prefill cancel, slots across models, and GGUF validation before llama.cpp."""
+"""The llama.cpp backend on the tiny bundle: the conformance kit (oracle parity:
+test_oracle_parity.py), direct-runtime parity, long-prefill cancel, slots across models, and
+GGUF validation before llama.cpp."""
 
 from __future__ import annotations
 
@@ -38,16 +39,6 @@ class TestLlamaCppConformance(BackendConformance):
     @pytest.fixture
     def bundle_dir(self) -> Path:
         return TINY_BUNDLE
-
-
-@pytest.mark.parametrize("case", ORACLE["prompts"], ids=lambda c: c["name"])
-def test_greedy_matches_oracle_through_the_seam(case: dict) -> None:
-    n = len(case["continuation_ids"])
-    with open_stream(TINY_BUNDLE, backend="llama.cpp", max_tokens=n, ignore_eos=True,
-                     tokens_per_step=8, threads=1) as stream:
-        stream.prefill(case["prompt_ids"])
-        got = [t for step in stream for t in step.tokens]
-    assert got == case["continuation_ids"]
 
 
 def test_seam_equals_llama_cpp_used_directly() -> None:

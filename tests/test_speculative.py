@@ -1,9 +1,11 @@
-"""Speculative decoding: the n-gram drafter, the acceptance rule, and llama.cpp's drafters
-keeping greedy output identical while reporting real per-step stats."""
+"""Speculative decoding: the n-gram drafter, the acceptance rule, the core loop and the
+draft-model sync, and llama.cpp's drafters keeping the target distribution and following
+rewinds (greedy parity with the oracle on every backend: test_oracle_parity.py)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import pytest
 from conftest import TINY_BUNDLE
@@ -11,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from eliza_backends import open_stream
-from eliza_backends.speculative import NgramDrafter, accept_greedy
+from eliza_backends.speculative import ModelDrafter, NgramDrafter, accept_greedy
 
 
 def test_ngram_drafter_proposes_what_followed_the_last_match() -> None:
@@ -61,26 +63,6 @@ ORACLE = json.loads((TINY_BUNDLE / "oracle.json").read_text()) if \
 
 
 @pytest.mark.parametrize("drafter", ["ngram", "model"])
-@pytest.mark.parametrize("draft_length", [1, 4, 8])
-def test_llama_cpp_drafters_keep_the_oracle(drafter: str, draft_length: int) -> None:
-    pytest.importorskip("llama_cpp")
-    drafted = accepted = 0
-    for case in ORACLE["prompts"]:
-        n = len(case["continuation_ids"])
-        with open_stream(TINY_BUNDLE, backend="llama.cpp", threads=1, max_tokens=n,
-                         ignore_eos=True, drafter=drafter, draft_length=draft_length) as s:
-            s.prefill(case["prompt_ids"])
-            steps = list(s)
-            assert [t for st in steps for t in st.tokens] == case["continuation_ids"], \
-                case["name"]
-            assert all(0 <= st.accepted <= st.drafted for st in steps)
-            assert s.metrics.drafted == sum(st.drafted for st in steps)
-            drafted += s.metrics.drafted
-            accepted += s.metrics.accepted
-    assert drafted > 0 and 0 < accepted <= drafted
-
-
-@pytest.mark.parametrize("drafter", ["ngram", "model"])
 def test_speculative_sampling_keeps_the_target_distribution(drafter: str) -> None:
     """Temperature sampling with a drafter follows the standard acceptance rule: the joint
     distribution of generated tokens matches plain sampling (total variation over 300 seeds)."""
@@ -119,3 +101,135 @@ def test_drafter_survives_rewinds() -> None:
         keep = s.reset_keep(len(case["prompt_ids"]) - 2)
         s.prefill(case["prompt_ids"][keep:])
         assert [t for st in s for t in st.tokens] == case["continuation_ids"]
+
+
+# ----------------------------------------------------------------------------- the core loop
+
+
+def _target(seq: list[int]) -> int:
+    """A toy target model: the next token is a function of the last two."""
+    return (seq[-1] * 3 + (seq[-2] if len(seq) > 1 else 0)) % 7
+
+
+def test_speculate_equals_plain_greedy_and_counts_honestly() -> None:
+    from eliza_backends.speculative import speculate
+
+    calls: list[list[int]] = []
+
+    def verify(seq: Sequence[int], drafts: list[int]) -> tuple[list[int], int]:
+        calls.append(list(drafts))
+        ctx = list(seq)
+        return accept_greedy(drafts, lambda i: _target(ctx + drafts[:i]), lambda t: False)
+
+    start = [1, 2, 3, 1, 2, 3, 1, 2]
+    plain = list(start)
+    for _ in range(20):
+        plain.append(_target(plain))
+    tokens, drafted, accepted = speculate(NgramDrafter(), start, 20, 4, verify,
+                                          lambda t: False, lambda: None)
+    assert tokens == plain[len(start):]
+    assert drafted == sum(len(c) for c in calls) and 0 <= accepted <= drafted
+    assert all(len(c) <= 4 for c in calls)
+
+
+def test_speculate_stops_at_an_end_token_and_checks_cancel_each_round() -> None:
+    from eliza_backends import CancelledError
+    from eliza_backends.speculative import speculate
+
+    rounds = []
+
+    def verify(seq: Sequence[int], drafts: list[int]) -> tuple[list[int], int]:
+        rounds.append(1)
+        return [9] if len(rounds) == 3 else [5], 0
+
+    tokens, _, _ = speculate(NgramDrafter(), [1, 2], 10, 2, verify, lambda t: t == 9,
+                             lambda: None)
+    assert tokens == [5, 5, 9]
+
+    def cancel() -> None:
+        if len(rounds) >= 4:
+            raise CancelledError("stop")
+
+    with pytest.raises(CancelledError):
+        speculate(NgramDrafter(), [1, 2], 10, 2, verify, lambda t: False, cancel)
+
+
+class _ListDrafter(ModelDrafter):
+    """A model drafter over a pure-Python "cache" (a list), recording what it is fed."""
+
+    def __init__(self, droppable: bool = True) -> None:
+        super().__init__("list", 7, 7)
+        self.cache: list[int] = []
+        self.fed: list[list[int]] = []
+        self.droppable = droppable
+
+    def _forward(self, feed: list[int], k: int) -> list[int]:
+        assert feed, "a proposal always feeds at least the last token"
+        assert len(self.cache) == len(self._tokens)
+        self.cache += feed
+        self.fed.append(list(feed))
+        drafts = []
+        for i in range(k):
+            drafts.append(_target(self.cache))
+            if i < k - 1:
+                self.cache.append(drafts[-1])
+        return drafts
+
+    def _drop(self, n: int) -> bool:
+        if not self.droppable:
+            return False
+        del self.cache[n:]
+        return True
+
+    def _clear(self) -> None:
+        self.cache = []
+
+    def close(self) -> None:
+        self.cache = []
+
+
+def test_model_drafter_feeds_only_what_is_new_and_drops_what_diverged() -> None:
+    d = _ListDrafter()
+    drafts = d.propose([1, 2, 3], 3)
+    assert drafts[0] == _target([1, 2, 3]) and len(drafts) == 3
+    assert d.fed == [[1, 2, 3]]
+    d.propose([1, 2, 3, 4], 2)  # the first draft was rejected: drop it, feed 4
+    assert d.fed[-1] == [4] and d.cache[:4] == [1, 2, 3, 4]
+    d.propose([1, 2, 3, 4], 2)  # nothing new: the last token is fed again for its logits
+    assert d.fed[-1] == [4]
+    d.truncate(2)
+    d.propose([1, 2, 7], 1)
+    assert d.fed[-1] == [7] and d.cache[:3] == [1, 2, 7]
+
+
+def test_model_drafter_resyncs_when_the_sequence_shrinks_between_proposals() -> None:
+    """The drift the two plugin copies had: with ``p = synced`` (no ``min``) a history shorter
+    than the synced length fed nothing and drafted from stale logits."""
+    d = _ListDrafter()
+    d.propose([1, 2, 3, 4, 5, 6], 3)
+    d.propose([1, 2, 3], 2)  # shorter, and nobody called truncate
+    assert d.fed[-1] == [3] and d.cache[:3] == [1, 2, 3]
+
+
+def test_model_drafter_starts_over_when_its_cache_cannot_be_trimmed() -> None:
+    d = _ListDrafter(droppable=False)
+    d.propose([1, 2, 3], 2)
+    d.propose([1, 2, 9], 2)
+    assert d.fed[-1] == [1, 2, 9] and d.cache[:3] == [1, 2, 9]
+
+
+def test_kv_cursor_lazy_by_one_rule() -> None:
+    from eliza_backends.kv_cursor import KVCursor
+
+    kv = KVCursor()
+    history = [10, 11, 12, 13, 14]
+    kv.n_kv, kv.pending = 4, [14]  # after a step: the last sampled token waits
+    assert kv.truncate(history, 2) is True and (kv.n_kv, kv.pending) == (2, [])
+    kv.n_kv, kv.pending = 4, [14]
+    assert kv.truncate(history, 5) is False and (kv.n_kv, kv.pending) == (4, [14])
+    kv.n_kv, kv.pending = 2, []
+    assert kv.truncate(history, 4) is False and kv.pending == [12, 13]
+    assert kv.restore(history, 5) is True and (kv.n_kv, kv.pending) == (4, [14])
+    assert kv.restore(history, 3) is False and (kv.n_kv, kv.pending) == (3, [13, 14])
+    kv.reset()
+    assert (kv.n_kv, kv.pending) == (0, [])

@@ -18,10 +18,12 @@ import argparse
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from gguf_writer import LAYER_TENSORS, GGUFVocab, LlamaHParams, write_llama_gguf
 
 PRESETS = {
     "0.85b": dict(hidden=2048, layers=16, heads=16, kv_heads=4, ffn=5632, vocab=32000),
@@ -68,55 +70,39 @@ def _vocab(n: int) -> tuple[list[bytes], list[float], list[int]]:
 
 
 def write_f16(path: Path, shape: Shape, seed: int = 0) -> None:
-    """Write the F16 GGUF for ``shape`` with random weights."""
-    import gguf
-
+    """Write the F16 GGUF for ``shape`` with random weights (through ``gguf_writer``)."""
     rng = np.random.default_rng(seed)
     head_dim = shape.hidden // shape.heads
 
     def w(*dims: int) -> np.ndarray:
         return (rng.standard_normal(dims, dtype=np.float32) * 0.02).astype(np.float16)
 
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_name(f"random-llama-{shape.n_params / 1e9:.2f}b")
-    writer.add_context_length(4096)
-    writer.add_embedding_length(shape.hidden)
-    writer.add_block_count(shape.layers)
-    writer.add_feed_forward_length(shape.ffn)
-    writer.add_head_count(shape.heads)
-    writer.add_head_count_kv(shape.kv_heads)
-    writer.add_rope_dimension_count(head_dim)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_file_type(1)
-    tokens, scores, types = _vocab(shape.vocab)
-    writer.add_tokenizer_model("llama")
-    writer.add_tokenizer_pre("default")
-    writer.add_token_list(tokens)
-    writer.add_token_scores(scores)
-    writer.add_token_types(types)
-    writer.add_bos_token_id(1)
-    writer.add_eos_token_id(2)
-    writer.add_unk_token_id(0)
-    writer.add_add_bos_token(True)
-    writer.add_tensor("token_embd.weight", w(shape.vocab, shape.hidden))
-    writer.add_tensor("output_norm.weight", np.ones(shape.hidden, dtype=np.float32))
-    writer.add_tensor("output.weight", w(shape.vocab, shape.hidden))
+    def ones() -> np.ndarray:
+        return np.ones(shape.hidden, dtype=np.float32)
+
     kv = shape.kv_heads * head_dim
-    for i in range(shape.layers):
-        p = f"blk.{i}."
-        writer.add_tensor(p + "attn_norm.weight", np.ones(shape.hidden, dtype=np.float32))
-        writer.add_tensor(p + "attn_q.weight", w(shape.hidden, shape.hidden))
-        writer.add_tensor(p + "attn_k.weight", w(kv, shape.hidden))
-        writer.add_tensor(p + "attn_v.weight", w(kv, shape.hidden))
-        writer.add_tensor(p + "attn_output.weight", w(shape.hidden, shape.hidden))
-        writer.add_tensor(p + "ffn_norm.weight", np.ones(shape.hidden, dtype=np.float32))
-        writer.add_tensor(p + "ffn_gate.weight", w(shape.ffn, shape.hidden))
-        writer.add_tensor(p + "ffn_up.weight", w(shape.ffn, shape.hidden))
-        writer.add_tensor(p + "ffn_down.weight", w(shape.hidden, shape.ffn))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    dims = {"attn_q": (shape.hidden, shape.hidden), "attn_k": (kv, shape.hidden),
+            "attn_v": (kv, shape.hidden), "attn_output": (shape.hidden, shape.hidden),
+            "ffn_gate": (shape.ffn, shape.hidden), "ffn_up": (shape.ffn, shape.hidden),
+            "ffn_down": (shape.hidden, shape.ffn)}
+
+    def tensors() -> Iterator[tuple[str, np.ndarray]]:
+        yield "token_embd.weight", w(shape.vocab, shape.hidden)
+        yield "output_norm.weight", ones()
+        yield "output.weight", w(shape.vocab, shape.hidden)
+        for i in range(shape.layers):
+            for part in LAYER_TENSORS:
+                yield f"blk.{i}.{part}.weight", ones() if part.endswith("norm") else \
+                    w(*dims[part])
+
+    tokens, scores, types = _vocab(shape.vocab)
+    hp = LlamaHParams(name=f"random-llama-{shape.n_params / 1e9:.2f}b", context_length=4096,
+                      hidden=shape.hidden, layers=shape.layers, ffn=shape.ffn,
+                      heads=shape.heads, kv_heads=shape.kv_heads, head_dim=head_dim,
+                      rms_eps=1e-5, vocab_size=shape.vocab)
+    vocab = GGUFVocab(model="llama", pre="default", tokens=tokens, types=types, scores=scores,
+                      bos=1, eos=2, unk=0, add_bos=True)
+    write_llama_gguf(path, hp, vocab, tensors())
 
 
 def quantize(src: Path, dst: Path, qtype: str, threads: int = 2) -> None:

@@ -472,78 +472,52 @@ def _permute_rope(w, n_head: int):
 
 
 def write_gguf(model, tok, path: Path, name: str):
+    """The trained model as an F16 GGUF (norms f32) through ``gguf_writer``."""
     import gguf
     import numpy as np
+    from gguf_writer import LAYER_TENSORS, GGUFVocab, LlamaHParams, write_llama_gguf
 
     cfg = model.config
-    path.parent.mkdir(parents=True, exist_ok=True)
-    w = gguf.GGUFWriter(str(path), "llama")
-    w.add_name(name)
-    w.add_context_length(cfg.max_position_embeddings)
-    w.add_embedding_length(cfg.hidden_size)
-    w.add_block_count(cfg.num_hidden_layers)
-    w.add_feed_forward_length(cfg.intermediate_size)
-    w.add_head_count(cfg.num_attention_heads)
-    w.add_head_count_kv(cfg.num_key_value_heads)
-    w.add_key_length(cfg.head_dim)
-    w.add_value_length(cfg.head_dim)
-    w.add_rope_dimension_count(cfg.head_dim)
-    w.add_rope_freq_base(ROPE_THETA)
-    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    w.add_vocab_size(cfg.vocab_size)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-
+    hp = LlamaHParams(name=name, context_length=cfg.max_position_embeddings,
+                      hidden=cfg.hidden_size, layers=cfg.num_hidden_layers,
+                      ffn=cfg.intermediate_size, heads=cfg.num_attention_heads,
+                      kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim,
+                      rms_eps=cfg.rms_norm_eps, vocab_size=cfg.vocab_size, rope_theta=ROPE_THETA)
     # tokenizer: gpt2 BPE, tokens in id order, merges from tokenizer.json
     tj = json.loads(tok.to_str())
-    vocab = tj["model"]["vocab"]
-    tokens = [None] * len(vocab)
-    for s, i in vocab.items():
+    tokens = [None] * len(tj["model"]["vocab"])
+    for s, i in tj["model"]["vocab"].items():
         tokens[i] = s
     assert all(t is not None for t in tokens)
-    types = [
-        gguf.TokenType.CONTROL if t in SPECIAL_TOKENS else gguf.TokenType.NORMAL for t in tokens
-    ]
-    merges = [m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]]
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("gpt-2")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges(merges)
-    w.add_bos_token_id(tok.token_to_id(BOS))
-    w.add_eos_token_id(tok.token_to_id(EOS))
-    w.add_eot_token_id(tok.token_to_id(END))
-    w.add_add_bos_token(True)
-    w.add_add_eos_token(False)
-    w.add_chat_template(CHAT_TEMPLATE)
-
+    vocab = GGUFVocab(
+        model="gpt2", pre="gpt-2", tokens=tokens,
+        types=[gguf.TokenType.CONTROL if t in SPECIAL_TOKENS else gguf.TokenType.NORMAL
+               for t in tokens],
+        merges=[m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]],
+        bos=tok.token_to_id(BOS), eos=tok.token_to_id(EOS), eot=tok.token_to_id(END),
+        add_bos=True, add_eos=False, chat_template=CHAT_TEMPLATE)
     sd = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
+    hf = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj",
+          "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+          "attn_output": "self_attn.o_proj", "ffn_norm": "post_attention_layernorm",
+          "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
 
-    def f16(a):
-        return np.ascontiguousarray(a.astype(np.float16))
+    def tensors():
+        yield "token_embd.weight", np.ascontiguousarray(
+            sd["model.embed_tokens.weight"].astype(np.float16))
+        yield "output_norm.weight", np.ascontiguousarray(sd["model.norm.weight"])
+        yield "output.weight", np.ascontiguousarray(sd["lm_head.weight"].astype(np.float16))
+        for i in range(cfg.num_hidden_layers):
+            for part in LAYER_TENSORS:
+                a = sd[f"model.layers.{i}.{hf[part]}.weight"]
+                if part in ("attn_q", "attn_k"):
+                    heads = cfg.num_attention_heads if part == "attn_q" else \
+                        cfg.num_key_value_heads
+                    a = _permute_rope(a, heads)
+                dtype = np.float32 if part.endswith("norm") else np.float16
+                yield f"blk.{i}.{part}.weight", np.ascontiguousarray(a.astype(dtype))
 
-    def f32(a):
-        return np.ascontiguousarray(a.astype(np.float32))
-
-    w.add_tensor("token_embd.weight", f16(sd["model.embed_tokens.weight"]))
-    w.add_tensor("output_norm.weight", f32(sd["model.norm.weight"]))
-    w.add_tensor("output.weight", f16(sd["lm_head.weight"]))
-    for i in range(cfg.num_hidden_layers):
-        p = f"model.layers.{i}."
-        q = _permute_rope(sd[p + "self_attn.q_proj.weight"], cfg.num_attention_heads)
-        k = _permute_rope(sd[p + "self_attn.k_proj.weight"], cfg.num_key_value_heads)
-        w.add_tensor(f"blk.{i}.attn_norm.weight", f32(sd[p + "input_layernorm.weight"]))
-        w.add_tensor(f"blk.{i}.attn_q.weight", f16(q))
-        w.add_tensor(f"blk.{i}.attn_k.weight", f16(k))
-        w.add_tensor(f"blk.{i}.attn_v.weight", f16(sd[p + "self_attn.v_proj.weight"]))
-        w.add_tensor(f"blk.{i}.attn_output.weight", f16(sd[p + "self_attn.o_proj.weight"]))
-        w.add_tensor(f"blk.{i}.ffn_norm.weight", f32(sd[p + "post_attention_layernorm.weight"]))
-        w.add_tensor(f"blk.{i}.ffn_gate.weight", f16(sd[p + "mlp.gate_proj.weight"]))
-        w.add_tensor(f"blk.{i}.ffn_up.weight", f16(sd[p + "mlp.up_proj.weight"]))
-        w.add_tensor(f"blk.{i}.ffn_down.weight", f16(sd[p + "mlp.down_proj.weight"]))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    write_llama_gguf(path, hp, vocab, tensors(), file_type=gguf.LlamaFileType.MOSTLY_F16)
 
 
 # ---------------------------------------------------------------------------

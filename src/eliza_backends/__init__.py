@@ -33,6 +33,7 @@ from .errors import (
     UnsupportedOperationError,
 )
 from .hookspecs import hookimpl
+from .model_info import ModelInfo
 from .registry import BackendInfo, Registry, list_backends, plugin_problems
 from .selector import SelectionReport, explain, select
 from .stream import Stream, StreamMetrics, generate, generate_chat, open_stream
@@ -54,6 +55,7 @@ __all__ = [
     "Factory",
     "InferenceContext",
     "InvalidArgumentError",
+    "ModelInfo",
     "PluginError",
     "Registry",
     "SelectionReport",

@@ -1,15 +1,22 @@
 """The backend contract: :class:`Factory` and :class:`Session`.
 
 These mirror the seed's ``LlmBackendFactory`` / ``LlmBackendSession`` one to one. A plugin
-subclasses both and fills in a handful of underscore hooks that translate to its runtime; the
-public methods here do everything the backends share, so it is done once and the same way:
+subclasses both and fills in a handful of underscore hooks that translate to its runtime (a
+forward pass, a cache trim, a sampler); the public methods and the helpers here do everything
+the backends share, so it is done once and the same way:
 
 * argument checks before anything reaches native code (token ids against the vocabulary,
   the context window, call order, closed sessions);
 * single-consumer enforcement (a second thread gets :class:`SessionBusyError`);
 * cancellation (``cancel()`` from any thread; sticky until ``reset()`` / ``reset_keep()``);
 * the generation budget, end-of-generation tokens, stop strings and UTF-8-safe text;
-* slot files (atomic, fingerprinted; see :mod:`eliza_backends.slots`).
+* slot files (atomic, fingerprinted; see :mod:`eliza_backends.slots`);
+* the speculative loop (draft, verify, accept; :func:`eliza_backends.speculative.speculate`)
+  and the drafter's lifecycle (built by :meth:`Factory.make_drafter`, rewound with the
+  sequence, closed with the session).
+
+Facts about the loaded model are data, a :class:`~eliza_backends.model_info.ModelInfo` handed
+to :class:`Session`, not properties each backend forwards.
 
 Threads: every method except :meth:`Session.cancel` and :meth:`Session.close` belongs to the
 one consumer thread that drives the session. ``cancel()`` is safe from anywhere; ``close()``
@@ -22,15 +29,15 @@ import operator
 import os
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, final
 
 from pydantic import BaseModel, ValidationError
 
-from .bundle import find_artifacts
+from .bundle import artifact_format, find_artifacts
 from .config import StreamConfig, describe_validation_error
 from .errors import (
     BundleError,
@@ -43,7 +50,9 @@ from .errors import (
     Status,
     UnsupportedOperationError,
 )
+from .model_info import ModelInfo
 from .slots import read_slot, write_slot
+from .speculative import Drafter, NgramDrafter, Verify, speculate
 from .text import TextAssembler
 
 if TYPE_CHECKING:
@@ -129,80 +138,117 @@ class Session(ABC):
 
     Lifecycle: ``prefill(ids)`` then ``next()`` until ``step.final``; ``prefill`` again to
     continue (chat turns), ``reset()`` / ``reset_keep(n)`` to rewind, ``close()`` when done.
-    The session owns its KV cache; the :class:`InferenceContext` owns the weights.
+    The session owns its KV cache and its drafter; the :class:`InferenceContext` owns the
+    weights.
 
-    Backends implement the underscore hooks; each is called with the consumer lock held and
-    after the public method validated its arguments.
+    For backends, three kinds of members, told apart by name and by rule:
+
+    * **hooks** (``_prefill``, ``_decode``, ``_reset``, ``_truncate``, ``_token_bytes``,
+      ``_tokenize``, ``_detokenize``, ``_save_state``, ``_restore_state``, ``_close``, and
+      the ``capabilities`` property): a backend implements them and never calls them; the
+      base class calls each with the consumer lock held, after validating the arguments;
+    * **helpers** (``_raise_if_cancelled``, ``_cancel_requested``, ``_sequence``,
+      ``_drafter``, ``_stop_tokens``, ``_ends_generation``, ``_stream_ends_with``,
+      ``_speculate``): a backend
+      calls them from inside its hooks and never overrides them (``@final``);
+    * **internals** (double underscore, name-mangled): the base class's own state (history,
+      lock, cancel flag, budget); out of a backend's reach.
     """
 
     #: The factory name, for messages and slot headers. Set by subclasses.
     backend_name: ClassVar[str] = "?"
 
-    def __init__(self, config: StreamConfig, context: InferenceContext | None = None) -> None:
+    def __init__(self, config: StreamConfig, context: InferenceContext | None,
+                 info: ModelInfo, *, context_size: int | None = None,
+                 drafter: Drafter | None = None) -> None:
+        """``info``: the model's facts (shared by the sessions of one load). ``context_size``:
+        the KV window the runtime really allocated (default ``config.context_size``).
+        ``drafter``: the speculative drafter (from :meth:`Factory.make_drafter`); the session
+        owns it from here: it rewinds it with the sequence and closes it in :meth:`close`.
+
+        Call this last in a subclass's ``__init__``: it registers the session with the
+        context, so everything :meth:`_close` uses must exist by then."""
         self.config = config
         self.context = context
-        self._history: list[int] = []
-        self._cancel = threading.Event()
-        self._lock = threading.Lock()
-        self._closed = False
-        self._ready = False  # True when the last prefill left logits to sample from
-        self._finished = False
-        self._generated = 0
-        self._assembler = TextAssembler(config.stop)
+        self.__info = info
+        self.__eog = info.eog_token_ids
+        #: Helper: the ids that end decoding (the end-of-generation ids; none with ignore_eos).
+        self._stop_tokens: frozenset[int] = frozenset() if config.ignore_eos else self.__eog
+        self.__vocab = info.vocab_size
+        self.__n_ctx = config.context_size if context_size is None else context_size
+        self.__drafter = drafter
+        self.__history: list[int] = []
+        self.__cancel = threading.Event()
+        #: Helper: the cancel flag's ``is_set``, for hot loops (``if cancelled(): ...``).
+        self._cancel_requested: Callable[[], bool] = self.__cancel.is_set
+        self.__lock = threading.Lock()
+        self.__closed = False
+        self.__ready = False  # True when the last prefill left logits to sample from
+        self.__finished = False
+        self.__generated = 0
+        self.__assembler = TextAssembler(config.stop)
         # with a drafter, a default step is one speculative round (draft_length + 1 tokens)
         speculative = config.drafter != "none" and config.tokens_per_step == 1
-        self._default_step = config.draft_length + 1 if speculative else config.tokens_per_step
+        self.__default_step = config.draft_length + 1 if speculative else config.tokens_per_step
         if context is not None:
             context.track(self)
 
-    # ---------------------------------------------------------------- backend hooks
+    # ---------------------------------------------------------------- what the model is
 
     @property
-    @abstractmethod
+    def model_info(self) -> ModelInfo:
+        """The model's facts (see :class:`~eliza_backends.model_info.ModelInfo`)."""
+        return self.__info
+
+    @property
     def vocab_size(self) -> int:
         """Number of token ids the model accepts (valid ids are 0..vocab_size-1)."""
+        return self.__vocab
 
     @property
-    @abstractmethod
     def context_size(self) -> int:
         """The KV context window actually allocated, in tokens."""
+        return self.__n_ctx
 
     @property
-    @abstractmethod
     def eog_token_ids(self) -> frozenset[int]:
         """Token ids that end generation (EOS, end-of-turn ...)."""
+        return self.__eog
+
+    @property
+    def bos_token_id(self) -> int | None:
+        """The token ``tokenize(..., add_special=True)`` prepends, if any."""
+        return self.__info.bos_token_id
+
+    @property
+    def chat_template(self) -> str | None:
+        """The model's own jinja chat template, if its artifact ships one."""
+        return self.__info.chat_template
+
+    @property
+    def template_tokens(self) -> dict[str, str]:
+        """Special-token texts a chat template may use (``bos_token``, ``eos_token``)."""
+        return dict(self.__info.template_tokens)
+
+    # ---------------------------------------------------------------- hooks
 
     @property
     def capabilities(self) -> Capabilities:
         """What this session supports; see :class:`Capabilities`."""
         return Capabilities()
 
-    @property
-    def bos_token_id(self) -> int | None:
-        """The token ``tokenize(..., add_special=True)`` prepends, if any."""
-        return None
-
-    @property
-    def chat_template(self) -> str | None:
-        """The model's own jinja chat template, if its artifact ships one."""
-        return None
-
-    @property
-    def template_tokens(self) -> dict[str, str]:
-        """Special-token texts a chat template may use (``bos_token``, ``eos_token``)."""
-        return {}
-
     @abstractmethod
     def _prefill(self, token_ids: list[int]) -> None:
-        """Append ``token_ids`` after :attr:`history` in the KV cache and leave the logits of
+        """Append ``token_ids`` after the sequence in the KV cache and leave the logits of
         the last one ready. Call :meth:`_raise_if_cancelled` between chunks."""
 
     @abstractmethod
     def _decode(self, max_tokens: int) -> Decoded:
-        """Generate 1..``max_tokens`` tokens continuing :attr:`history`.
+        """Generate 1..``max_tokens`` tokens continuing the sequence.
 
         Stop early right after an end-of-generation token (unless ``config.ignore_eos``).
-        Call :meth:`_raise_if_cancelled` between tokens.
+        Call :meth:`_raise_if_cancelled` between tokens. With a drafter, run the rounds
+        through :meth:`_speculate`.
         """
 
     @abstractmethod
@@ -210,30 +256,31 @@ class Session(ABC):
         """Clear the KV cache and the sampler state."""
 
     def _truncate(self, n_keep: int) -> bool:
-        """Keep the first ``n_keep`` positions of the KV cache (``n_keep < len(history)``).
+        """Keep the first ``n_keep`` positions of the KV cache (``n_keep < n_past``).
         Return False when the runtime cannot drop part of its cache."""
         return False
 
+    @abstractmethod
     def _token_bytes(self, token_id: int) -> bytes:
-        """The bytes one token contributes to the output text."""
-        raise NotImplementedError
+        """The bytes one token contributes to the output text (b"" for control tokens)."""
 
     @abstractmethod
-    def _tokenize(self, text: str, add_special: bool) -> list[int]:
-        """The model's own tokenization of ``text``."""
+    def _tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
+        """The model's own tokenization of ``text``: BOS first when ``add_special`` and the
+        model uses one; control-token texts (``"<|end|>"``) become their ids only when
+        ``parse_special`` (otherwise they are plain text)."""
 
     def _detokenize(self, token_ids: list[int]) -> str:
+        """Text of ``token_ids``; the default joins :meth:`_token_bytes`."""
         return b"".join(self._token_bytes(t) for t in token_ids).decode("utf-8", "replace")
 
     def _save_state(self) -> bytes:
+        """The KV state of the sequence as bytes (``capabilities.slots``)."""
         raise UnsupportedOperationError(f"{self.backend_name} sessions cannot save slots")
 
     def _restore_state(self, payload: bytes, tokens: list[int]) -> None:
+        """Make the KV state that of ``tokens`` from a :meth:`_save_state` payload."""
         raise UnsupportedOperationError(f"{self.backend_name} sessions cannot restore slots")
-
-    def _slot_identity(self) -> tuple[str, str]:
-        """(model fingerprint, runtime version) written into and checked against slot files."""
-        raise UnsupportedOperationError(f"{self.backend_name} sessions cannot save slots")
 
     def _close(self) -> None:
         """Free the session's own runtime resources (not the shared weights)."""
@@ -243,39 +290,47 @@ class Session(ABC):
     @property
     def history(self) -> tuple[int, ...]:
         """Every token in the session's sequence so far: prompts and generated tokens."""
-        return tuple(self._history)
+        return tuple(self.__history)
 
     @property
     def n_past(self) -> int:
         """Number of tokens in the sequence (``len(history)``)."""
-        return len(self._history)
+        return len(self.__history)
 
     @property
     def closed(self) -> bool:
         """True once :meth:`close` ran."""
-        return self._closed
+        return self.__closed
 
+    @property
+    def busy(self) -> bool:
+        """True while a consumer call (prefill, next, reset ...) is running."""
+        return self.__lock.locked()
+
+    @final
     def prefill(self, token_ids: Sequence[int]) -> None:
         """Feed prompt tokens. Raises :class:`InvalidArgumentError` for empty, non-integer or
         out-of-vocabulary ids, :class:`ContextFullError` when they do not fit."""
-        ids = self._check_tokens(token_ids, what="prefill")
+        ids = self.__check_tokens(token_ids, what="prefill")
         if not ids:
             raise InvalidArgumentError("prefill() needs at least one token id")
-        with self._consumer("prefill"):
-            room = self.context_size - len(self._history)
+        with self.__consumer("prefill"):
+            history = self.__history
+            room = self.__n_ctx - len(history)
             if len(ids) > room:
                 raise ContextFullError(
-                    f"prefill of {len(ids)} tokens does not fit: {len(self._history)} of "
-                    f"{self.context_size} context positions are used ({room} free); raise "
+                    f"prefill of {len(ids)} tokens does not fit: {len(history)} of "
+                    f"{self.__n_ctx} context positions are used ({room} free); raise "
                     "context_size, or reset()/reset_keep() first")
-            self._ready = False
+            self.__ready = False
             self._prefill(ids)
-            self._history.extend(ids)
-            self._ready = True
-            self._finished = False
-            self._generated = 0
-            self._assembler = TextAssembler(self.config.stop)
+            history.extend(ids)
+            self.__ready = True
+            self.__finished = False
+            self.__generated = 0
+            self.__assembler = TextAssembler(self.config.stop)
 
+    @final
     def next(self, max_tokens: int | None = None) -> Step:
         """Generate up to ``max_tokens`` tokens (default ``config.tokens_per_step``, or
         ``draft_length + 1`` when a drafter is on and ``tokens_per_step`` is 1; a speculative
@@ -288,32 +343,33 @@ class Session(ABC):
         if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(
                 max_tokens, int) or max_tokens < 1):
             raise InvalidArgumentError(f"max_tokens must be a positive int, got {max_tokens!r}")
-        self._enter("next")  # the hot path: no context-manager machinery
+        self.__acquire("next")  # the hot path: no context-manager machinery
         try:
-            if self._finished:
+            if self.__finished:
                 return Step((), "", final=True, finish_reason=None)
-            if not self._ready:
+            if not self.__ready:
                 raise InvalidArgumentError("call prefill() before next(): there is nothing to "
                                            "continue from")
-            want = max_tokens or self._default_step
-            budget = self.config.max_tokens - self._generated
-            room = self.context_size - len(self._history)
+            want = max_tokens or self.__default_step
+            budget = self.config.max_tokens - self.__generated
+            room = self.__n_ctx - len(self.__history)
             if room <= 0:
-                return self._finish((), "", 0, 0, "context")
+                return self.__finish((), "", 0, 0, "context")
             out = self._decode(min(want, budget, room))
-            return self._assemble(out, budget, room)
+            return self.__assemble(out, budget, room)
         finally:
-            self._lock.release()
+            self.__lock.release()
 
-    def _assemble(self, out: Decoded, budget: int, room: int) -> Step:
-        eog = self.eog_token_ids
+    def __assemble(self, out: Decoded, budget: int, room: int) -> Step:
+        eog = self.__eog
         ignore_eos = self.config.ignore_eos
-        assembler = self._assembler
+        assembler = self.__assembler
+        history = self.__history
         texts: list[str] = []
         kept: list[int] = []
         reason: FinishReason | None = None
         for tok in out.tokens:
-            self._history.append(tok)
+            history.append(tok)
             kept.append(tok)
             if tok in eog and not ignore_eos:
                 reason = "eos"
@@ -322,9 +378,9 @@ class Session(ABC):
             if assembler.stopped:
                 reason = "stop"
                 break
-        self._generated += len(out.tokens)
+        self.__generated += len(out.tokens)
         if len(kept) < len(out.tokens):  # tokens past an end were decoded: keep history true
-            self._history.extend(out.tokens[len(kept):])
+            history.extend(out.tokens[len(kept):])
         if reason is None and len(out.tokens) >= budget:
             reason = "length"
         elif reason is None and len(out.tokens) >= room:
@@ -333,54 +389,60 @@ class Session(ABC):
             return Step(tuple(kept), "".join(texts), out.drafted, out.accepted)
         if reason != "stop":
             texts.append(assembler.flush())
-        return self._finish(tuple(kept), "".join(texts), out.drafted, out.accepted, reason)
+        return self.__finish(tuple(kept), "".join(texts), out.drafted, out.accepted, reason)
 
-    def _finish(self, tokens: tuple[int, ...], text: str, drafted: int, accepted: int,
-                reason: FinishReason) -> Step:
-        self._finished = True
+    def __finish(self, tokens: tuple[int, ...], text: str, drafted: int, accepted: int,
+                 reason: FinishReason) -> Step:
+        self.__finished = True
         return Step(tokens, text, drafted, accepted, final=True, finish_reason=reason)
 
+    @final
     def cancel(self) -> None:
         """Ask the running (or next) prefill/next to stop with :class:`CancelledError`.
 
         Safe from any thread. The session keeps raising it until ``reset()`` or
         ``reset_keep()``; the tokens in :attr:`history` stay valid for ``reset_keep``.
         """
-        self._cancel.set()
+        self.__cancel.set()
 
     @property
     def cancelled(self) -> bool:
         """True between :meth:`cancel` and the next reset."""
-        return self._cancel.is_set()
+        return self.__cancel.is_set()
 
+    @final
     def reset(self) -> None:
         """Forget everything: KV cache, history, sampler state, a pending cancel."""
-        with self._consumer("reset", allow_cancelled=True):
+        with self.__consumer("reset", allow_cancelled=True):
             self._reset()
-            self._after_rewind(0)
+            self.__after_rewind(0)
 
+    @final
     def reset_keep(self, n_keep: int) -> int:
         """Keep the first ``n_keep`` tokens of the sequence, drop the rest; returns how many
         were kept: ``min(n_keep, n_past)``, or 0 when the backend cannot keep a prefix (it did a
         full reset). Clears a pending cancel. Prefill again before ``next()``."""
         if isinstance(n_keep, bool) or not isinstance(n_keep, int) or n_keep < 0:
             raise InvalidArgumentError(f"n_keep must be an int >= 0, got {n_keep!r}")
-        with self._consumer("reset_keep", allow_cancelled=True):
-            n = min(n_keep, len(self._history))
+        with self.__consumer("reset_keep", allow_cancelled=True):
+            n = min(n_keep, len(self.__history))
             if n == 0 or not self._truncate(n):
                 self._reset()
                 n = 0
-            self._after_rewind(n)
+            self.__after_rewind(n)
             return n
 
-    def _after_rewind(self, n: int) -> None:
-        del self._history[n:]
-        self._cancel.clear()
-        self._ready = False
-        self._finished = False
-        self._generated = 0
-        self._assembler = TextAssembler(self.config.stop)
+    def __after_rewind(self, n: int) -> None:
+        del self.__history[n:]
+        if self.__drafter is not None:
+            self.__drafter.truncate(n)
+        self.__cancel.clear()
+        self.__ready = False
+        self.__finished = False
+        self.__generated = 0
+        self.__assembler = TextAssembler(self.config.stop)
 
+    @final
     def save_slot(self, path: str | os.PathLike[str]) -> None:
         """Save the sequence state to ``path`` (atomically; the previous file survives a crash).
 
@@ -388,14 +450,15 @@ class Session(ABC):
         if not self.capabilities.slots:
             raise UnsupportedOperationError(
                 f"{self.backend_name} sessions cannot save slots (capabilities.slots is False)")
-        with self._consumer("save_slot"):
-            if not self._history:
+        with self.__consumer("save_slot"):
+            if not self.__history:
                 raise InvalidArgumentError("nothing to save: prefill first")
-            fingerprint, runtime = self._slot_identity()
+            info = self.__info
             payload = self._save_state()
-            write_slot(path, {"backend": self.backend_name, "model_fingerprint": fingerprint,
-                              "runtime": runtime, "tokens": list(self._history)}, payload)
+            write_slot(path, {"backend": self.backend_name, "model_fingerprint": info.fingerprint,
+                              "runtime": info.runtime, "tokens": list(self.__history)}, payload)
 
+    @final
     def restore_slot(self, path: str | os.PathLike[str]) -> None:
         """Replace the session's state with a slot saved by the same backend, model and runtime
         version; ``next()`` then continues exactly as the saved session would have (greedy).
@@ -405,54 +468,64 @@ class Session(ABC):
         if not self.capabilities.slots:
             raise UnsupportedOperationError(
                 f"{self.backend_name} sessions cannot restore slots (capabilities.slots is False)")
-        with self._consumer("restore_slot", allow_cancelled=True):
-            fingerprint, runtime = self._slot_identity()
+        with self.__consumer("restore_slot", allow_cancelled=True):
+            info = self.__info
             header, payload = read_slot(path, backend=self.backend_name,
-                                        model_fingerprint=fingerprint, runtime=runtime)
+                                        model_fingerprint=info.fingerprint, runtime=info.runtime)
             tokens = list(header.tokens)
             if not tokens:
                 raise SlotError(f"{path} holds no tokens")
             try:
-                tokens = self._check_tokens(tokens, what="slot")
+                tokens = self.__check_tokens(tokens, what="slot")
             except InvalidArgumentError as exc:
                 raise SlotError(f"{path}: {exc.message}") from None
-            if len(tokens) > self.context_size:
+            if len(tokens) > self.__n_ctx:
                 raise SlotError(f"{path} holds {len(tokens)} tokens, more than this session's "
-                                f"context_size {self.context_size}; open it with a larger one")
+                                f"context_size {self.__n_ctx}; open it with a larger one")
             self._restore_state(payload, tokens)
-            self._after_rewind(0)
-            self._history.extend(tokens)
-            self._ready = True
+            self.__after_rewind(0)
+            self.__history.extend(tokens)
+            self.__ready = True
 
-    def tokenize(self, text: str, *, add_special: bool = True) -> list[int]:
+    @final
+    def tokenize(self, text: str, *, add_special: bool = True,
+                 parse_special: bool = True) -> list[int]:
         """Token ids of ``text`` in the model's vocabulary; ``add_special`` prepends BOS where
-        the model uses one."""
+        the model uses one; ``parse_special`` turns control-token texts (``"<|end|>"``) into
+        their ids (turn it off for text you did not write: chat content, documents)."""
         if not isinstance(text, str):
             raise InvalidArgumentError(f"tokenize() takes str, got {type(text).__name__}")
-        self._check_open()
-        return self._tokenize(text, add_special)
+        self.__check_open()
+        return self._tokenize(text, add_special, parse_special)
 
+    @final
     def detokenize(self, token_ids: Sequence[int]) -> str:
         """Text of ``token_ids`` (invalid UTF-8 becomes U+FFFD)."""
-        ids = self._check_tokens(token_ids, what="detokenize")
-        self._check_open()
+        ids = self.__check_tokens(token_ids, what="detokenize")
+        self.__check_open()
         return self._detokenize(ids)
 
+    @final
     def close(self) -> None:
-        """Free the session. Idempotent; from another thread it cancels the running call and
-        waits for it to return first."""
-        if self._closed:
+        """Free the session (and its drafter). Idempotent; from another thread it cancels the
+        running call and waits for it to return first."""
+        if self.__closed:
             return
-        self._cancel.set()
-        with self._lock:
-            if self._closed:
+        self.__cancel.set()
+        with self.__lock:
+            if self.__closed:
                 return
-            self._closed = True
+            self.__closed = True
+            drafter, self.__drafter = self.__drafter, None
             try:
-                self._close()
+                if drafter is not None:
+                    drafter.close()
             finally:
-                if self.context is not None:
-                    self.context.untrack(self)
+                try:
+                    self._close()
+                finally:
+                    if self.context is not None:
+                        self.context.untrack(self)
 
     def __enter__(self) -> Session:
         return self
@@ -462,22 +535,65 @@ class Session(ABC):
 
     # ---------------------------------------------------------------- helpers for backends
 
+    @final
     def _raise_if_cancelled(self) -> None:
-        """Backends call this between chunks/tokens."""
-        if self._cancel.is_set():
+        """Raise :class:`CancelledError` if :meth:`cancel` was called (between chunks/tokens)."""
+        if self.__cancel.is_set():
             raise CancelledError(f"{self.backend_name}: cancelled by cancel(); call reset() or "
                                  "reset_keep() to use the session again")
 
-    def _check_open(self) -> None:
-        if self._closed:
+    @property
+    @final
+    def _sequence(self) -> Sequence[int]:
+        """The sequence so far, live (not a copy): read it inside hooks, never change it."""
+        return self.__history
+
+    @property
+    @final
+    def _drafter(self) -> Drafter | None:
+        """The session's drafter (None without one)."""
+        return self.__drafter
+
+    @final
+    def _ends_generation(self, token: int) -> bool:
+        """True when ``token`` ends the stream: an end-of-generation id, and no ignore_eos."""
+        return token in self._stop_tokens
+
+    @final
+    def _stream_ends_with(self, max_tokens: int) -> bool:
+        """True when a ``_decode(max_tokens)`` step surely ends the stream (the budget or the
+        context window), so its last token needs no forward pass."""
+        return max_tokens >= self.config.max_tokens - self.__generated or \
+            len(self.__history) + max_tokens >= self.__n_ctx
+
+    @final
+    def _speculate(self, max_tokens: int, verify: Verify, *, draft_length: int | None = None,
+                   after: Sequence[int] = ()) -> Decoded:
+        """Speculative rounds through :func:`~eliza_backends.speculative.speculate` with the
+        session's drafter until ``max_tokens`` tokens or an end token: the core drafts, the
+        backend's ``verify`` checks. ``after``: tokens this step already produced (not yet in
+        the sequence); they lead the result. ``draft_length`` caps ``config.draft_length``."""
+        drafter = self.__drafter
+        if drafter is None:
+            raise UnsupportedOperationError("_speculate() needs a drafter")
+        k = self.config.draft_length if draft_length is None else draft_length
+        tokens, drafted, accepted = speculate(
+            drafter, [*self.__history, *after], max_tokens - len(after), k, verify,
+            self._ends_generation, self._raise_if_cancelled)
+        return Decoded([*after, *tokens], drafted, accepted)
+
+    # ---------------------------------------------------------------- internals
+
+    def __check_open(self) -> None:
+        if self.__closed:
             raise SessionClosedError(f"this {self.backend_name} session is closed; open a new one")
 
-    def _check_tokens(self, token_ids: Sequence[int], *, what: str) -> list[int]:
+    def __check_tokens(self, token_ids: Sequence[int], *, what: str) -> list[int]:
         if isinstance(token_ids, (str, bytes)) or not isinstance(token_ids, Sequence):
             raise InvalidArgumentError(
                 f"{what}: token ids must be a sequence of ints, got {type(token_ids).__name__}")
         ids = list(token_ids)
-        vocab = self.vocab_size
+        vocab = self.__vocab
         for i, t in enumerate(ids):
             if not isinstance(t, int) or isinstance(t, bool):
                 try:
@@ -494,25 +610,25 @@ class Session(ABC):
                     f"(0..{vocab - 1}); tokenize with this model's own tokenizer")
         return ids
 
-    def _enter(self, op: str, *, allow_cancelled: bool = False) -> None:
+    def __acquire(self, op: str, *, allow_cancelled: bool = False) -> None:
         """Take the consumer lock and check the session is usable; the caller releases it."""
-        if not self._lock.acquire(blocking=False):
-            self._check_open()
+        if not self.__lock.acquire(blocking=False):
+            self.__check_open()
             raise SessionBusyError(
                 f"{op}(): another thread is using this session; a session has one consumer "
                 "(open one session per thread)")
-        if self._closed or (not allow_cancelled and self._cancel.is_set()):
-            self._lock.release()
-            self._check_open()
+        if self.__closed or (not allow_cancelled and self.__cancel.is_set()):
+            self.__lock.release()
+            self.__check_open()
             self._raise_if_cancelled()
 
     @contextmanager
-    def _consumer(self, op: str, *, allow_cancelled: bool = False) -> Iterator[None]:
-        self._enter(op, allow_cancelled=allow_cancelled)
+    def __consumer(self, op: str, *, allow_cancelled: bool = False) -> Iterator[None]:
+        self.__acquire(op, allow_cancelled=allow_cancelled)
         try:
             yield
         finally:
-            self._lock.release()
+            self.__lock.release()
 
 
 class Factory(ABC):
@@ -579,20 +695,69 @@ class Factory(ABC):
                 describe_validation_error(exc, f"options for {self.name}")) from None
 
     def artifact(self, bundle_dir: str | os.PathLike[str], *, role: Literal["model", "draft"]
-                 = "model", name: str | None = None) -> Path:
-        """The artifact to open: the one called ``name`` if given, else the first by name."""
-        found = find_artifacts(bundle_dir, self.formats, role=role)
+                 = "model", name: str | None = None,
+                 formats: Sequence[str] | None = None) -> Path:
+        """The artifact to open: the one called ``name`` if given, else the first by name, of
+        ``formats`` (default :attr:`formats`) under ``text/`` (``role="draft"``:
+        ``text/draft/``). :class:`BundleError` (``ERR_CANNOT_SERVE``) when there is none."""
+        kinds = tuple(self.formats if formats is None else formats)
+        found = find_artifacts(bundle_dir, kinds, role=role)
         if name is not None:
             found = [p for p in found if p.name == name]
         if not found:
             where = "text/draft/" if role == "draft" else "text/"
-            want = f"{name!r}" if name else f"a {'/'.join(self.formats)} artifact"
-            raise BundleError(f"{bundle_dir} has no {want} under {where} for {self.name}",
+            want = f"{name!r}" if name else f"{'/'.join(kinds)} artifact"
+            hint = (" (ship a smaller model with the same vocabulary there, or set draft_model)"
+                    if role == "draft" else "")
+            raise BundleError(f"{bundle_dir} has no {want} under {where} for {self.name}{hint}",
                               code=Status.ERR_CANNOT_SERVE)
         return found[0]
+
+    def draft_artifact(self, bundle_dir: str | os.PathLike[str], config: StreamConfig, *,
+                       formats: Sequence[str] | None = None) -> Path:
+        """The draft model for ``drafter="model"``: ``config.draft_model`` (a path relative to
+        the bundle, which must stay inside it and be one of ``formats``), else the first
+        artifact under ``text/draft/``. :class:`BundleError` otherwise."""
+        kinds = tuple(self.formats if formats is None else formats)
+        if config.draft_model is None:
+            return self.artifact(bundle_dir, role="draft", formats=kinds)
+        root = Path(bundle_dir).resolve()
+        path = (root / config.draft_model).resolve()
+        if not path.is_relative_to(root) or artifact_format(path) not in kinds:
+            raise BundleError(f"draft_model {config.draft_model!r} is not a {'/'.join(kinds)} "
+                              f"artifact inside the bundle {bundle_dir}")
+        return path
+
+    def make_drafter(self, context: InferenceContext, config: StreamConfig, target: ModelInfo,
+                     *, greedy_only: bool = False) -> Drafter | None:
+        """The drafter ``config.drafter`` names, for a session on ``target``: None for
+        ``"none"``, the core's :class:`~eliza_backends.speculative.NgramDrafter` for
+        ``"ngram"``, :meth:`make_draft_model` for ``"model"``. ``greedy_only``: the backend
+        verifies greedily only, so sampling with a drafter is refused here. The session the
+        drafter is handed to owns it (rewinds and closes it)."""
+        if config.drafter == "none":
+            return None
+        if greedy_only and (not config.greedy or config.repeat_penalty != 1.0):
+            raise UnsupportedOperationError(
+                f"{self.name} speculative decoding is greedy-only here: use temperature=0 and "
+                "repeat_penalty=1 with a drafter, or drafter='none' to sample")
+        if config.drafter == "ngram":
+            return NgramDrafter(max_n=config.ngram_size)
+        return self.make_draft_model(context, config, target)
+
+    def make_draft_model(self, context: InferenceContext, config: StreamConfig,
+                         target: ModelInfo) -> Drafter:
+        """The ``drafter="model"`` drafter. A backend with draft models overrides this: load
+        :meth:`draft_artifact` through ``context.shared`` and wrap it in a
+        :class:`~eliza_backends.speculative.ModelDrafter` (vocabulary checked against
+        ``target``). The default refuses."""
+        raise UnsupportedOperationError(
+            f"{self.name} has no draft-model drafter: use drafter='ngram', or a backend with "
+            "draft models (llama.cpp, mlx)")
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
 
 
-__all__ = ["Availability", "Capabilities", "Decoded", "Factory", "FinishReason", "Session", "Step"]
+__all__ = ["Availability", "Capabilities", "Decoded", "Factory", "FinishReason", "ModelInfo",
+           "Session", "Step"]

@@ -16,7 +16,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -75,14 +75,8 @@ class BenchReport:
 
     def summary(self) -> dict[str, dict[str, dict[str, float] | None]]:
         """Per backend and metric: {"median", "min", "max"} (None when never measured)."""
-        out: dict[str, dict[str, dict[str, float] | None]] = {}
-        for backend, runs in self.runs.items():
-            out[backend] = {}
-            for key in METRICS:
-                values = [r[key] for r in runs if r.get(key) is not None]
-                out[backend][key] = {"median": statistics.median(values), "min": min(values),
-                                     "max": max(values)} if values else None
-        return out
+        return {backend: {key: summarize(r.get(key) for r in runs) for key in METRICS}
+                for backend, runs in self.runs.items()}
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -92,12 +86,6 @@ class BenchReport:
 
     def table(self) -> str:
         """A plain-text table of the summaries."""
-        def cell(s: dict[str, float] | None, scale: float = 1.0, fmt: str = ".1f") -> str:
-            if s is None:
-                return "-"
-            return (f"{s['median'] * scale:{fmt}} ({s['min'] * scale:{fmt}}-"
-                    f"{s['max'] * scale:{fmt}})")
-
         head = ["backend", "decode tok/s", "prefill tok/s", "first token ms", "load s",
                 "peak RSS MB", "acceptance"]
         rows = []
@@ -107,11 +95,46 @@ class BenchReport:
                          cell(s["peak_rss_mb"], 1.0, ".0f"),
                          cell(s["acceptance"], 100, ".0f") + ("%" if s["acceptance"] else "")])
         rows += [[b, f"error: {e}", "", "", "", "", ""] for b, e in self.errors.items()]
-        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
-        lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip()]
-        lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-                  for r in rows]
-        return "\n".join(lines)
+        return format_table(head, rows)
+
+
+def summarize(values: Iterable[float | None]) -> dict[str, float] | None:
+    """``{"median", "min", "max"}`` of the measured values (None entries skipped); None when
+    nothing was measured."""
+    got = [v for v in values if v is not None]
+    if not got:
+        return None
+    return {"median": statistics.median(got), "min": min(got), "max": max(got)}
+
+
+def cell(s: dict[str, float] | None, scale: float = 1.0, fmt: str = ".1f") -> str:
+    """``"median (min-max)"`` of a :func:`summarize` result, times ``scale``; "-" for None."""
+    if s is None:
+        return "-"
+    return f"{s['median'] * scale:{fmt}} ({s['min'] * scale:{fmt}}-{s['max'] * scale:{fmt}})"
+
+
+def format_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Left-aligned plain-text columns, two spaces apart."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+              for r in rows]
+    return "\n".join(lines)
+
+
+def spawn_worker(argv: Sequence[str], *, timeout: float = 1800, python: str | None = None,
+                 cwd: str | None = None) -> dict[str, Any]:
+    """Run ``python *argv`` in a fresh process (``PYTHONHASHSEED=0``; ``python`` defaults to
+    this interpreter) and parse the JSON object on the last line of its stdout.
+    :class:`RuntimeError` with its last stderr line when it fails."""
+    proc = subprocess.run([python or sys.executable, *argv], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd, env={**os.environ, "PYTHONHASHSEED": "0"})
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError((proc.stderr.strip().splitlines() or ["worker failed"])[-1])
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
 
 
 def _progress(done: int, total: int, label: str, out: TextIO) -> None:
@@ -140,15 +163,12 @@ def bench(bundle: str, backends: Sequence[str], *, prompt_tokens: int = 128,
             args = json.dumps({"bundle": bundle, "backend": backend,
                                "prompt_tokens": prompt_tokens, "gen_tokens": gen_tokens,
                                "config": cfg})
-            proc = subprocess.run([sys.executable, "-m", "eliza_backends.bench", args],
-                                  capture_output=True, text=True, timeout=timeout,
-                                  env={**os.environ, "PYTHONHASHSEED": "0"})
-            lines = proc.stdout.strip().splitlines()
-            if proc.returncode != 0 or not lines:
-                err = (proc.stderr.strip().splitlines() or ["worker failed"])[-1]
-                report.errors[backend] = err
+            try:
+                result = spawn_worker(["-m", "eliza_backends.bench", args], timeout=timeout)
+            except RuntimeError as exc:
+                report.errors[backend] = str(exc)
             else:
-                report.runs.setdefault(backend, []).append(json.loads(lines[-1]))
+                report.runs.setdefault(backend, []).append(result)
             done += 1
     if progress is not None:
         _progress(total, total, "done", progress)
@@ -173,4 +193,5 @@ if __name__ == "__main__":
     raise SystemExit(_worker_main(sys.argv[1:]))
 
 
-__all__ = ["BenchReport", "bench", "run_worker"]
+__all__ = ["BenchReport", "bench", "cell", "format_table", "run_worker", "spawn_worker",
+           "summarize"]

@@ -114,7 +114,7 @@ def _check_relative(path: str) -> str:
     p = PurePosixPath(path)
     if not path or p.is_absolute() or "\\" in path or ".." in p.parts or path.startswith("~"):
         raise ValueError(f"{path!r} must be a relative path inside the bundle (no '..', no '/')")
-    if p.parts[0] != TEXT_DIR:
+    if not p.parts or p.parts[0] != TEXT_DIR:
         raise ValueError(f"{path!r} must be under {TEXT_DIR}/")
     return str(p)
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from .backend import Factory
+from .backend import Availability, Factory
 from .errors import BackendSelectionError, Status
 from .registry import Registry, default_registry, safe_available, safe_rank
 
@@ -111,9 +111,53 @@ def select(bundle_dir: str | os.PathLike[str], *, backend: str | None = None,
     return factory
 
 
-def _resolve(bundle_dir: str | os.PathLike[str], backend: str | None,
-             environ: Mapping[str, str] | None,
-             registry: Registry | None) -> tuple[SelectionReport, Factory | None]:
+@dataclass(frozen=True)
+class _Row:
+    """One backend as the selector sees it: availability, can-serve, rank (probed once)."""
+
+    factory: Factory
+    availability: Availability
+    can_serve: bool
+    rank: int
+
+    @property
+    def name(self) -> str:
+        return self.factory.name
+
+    def verdict(self) -> tuple[Verdict, str]:
+        """The verdict before any choice: unavailable, cannot serve, or a candidate."""
+        if not self.availability.ok:
+            return "unavailable", self.availability.reason or "not available on this host"
+        if not self.can_serve:
+            return "cannot-serve", (f"no {'/'.join(self.factory.formats) or 'matching'} "
+                                    "artifact under text/")
+        return "lower-rank", f"rank {self.rank}"
+
+
+@dataclass
+class _Selection:
+    """One selection in progress: the bundle, the hard request, every backend's row and
+    verdict. :meth:`report` turns it into the :class:`SelectionReport`."""
+
+    bundle: Path
+    requested: str | None
+    requested_by: str | None
+    rows: list[_Row]
+    broken: tuple[str, ...]
+    verdicts: dict[str, tuple[Verdict, str]] = field(default_factory=dict)
+
+    def report(self, chosen: Factory | None, error: str | None,
+               code: Status = Status.ERR_BACKEND_UNAVAILABLE) -> SelectionReport:
+        cands = tuple(Candidate(r.name, *self.verdicts[r.name], r.availability.ok, r.can_serve,
+                                r.rank, r.availability.detail) for r in self.rows)
+        return SelectionReport(str(self.bundle), self.requested, self.requested_by,
+                               chosen.name if chosen else None, error, cands, self.broken,
+                               code if error else None)
+
+
+def _gather(bundle_dir: str | os.PathLike[str], backend: str | None,
+            environ: Mapping[str, str] | None, registry: Registry | None) -> _Selection:
+    """Probe every registered backend once and read the hard request (argument, then env)."""
     reg = registry or default_registry()
     env = os.environ if environ is None else environ
     requested, requested_by = None, None
@@ -121,95 +165,91 @@ def _resolve(bundle_dir: str | os.PathLike[str], backend: str | None,
         requested, requested_by = backend.strip(), "backend argument"
     elif env.get(BACKEND_ENV, "").strip():
         requested, requested_by = env[BACKEND_ENV].strip(), f"{BACKEND_ENV} env"
-
     bundle = Path(bundle_dir)
-    factories = reg.factories()
+    rows = [_Row(f, safe_available(f), _safe_can_serve(f, bundle), safe_rank(f))
+            for f in reg.factories()]
     broken = tuple(f"{p.plugin}: {p.error}" for p in reg.problems())
-    rows: list[tuple[Factory, Any, bool, int]] = []
-    for f in factories:
-        avail = safe_available(f)
-        rows.append((f, avail, _safe_can_serve(f, bundle), safe_rank(f)))
+    selection = _Selection(bundle, requested, requested_by, rows, broken)
+    selection.verdicts = {r.name: r.verdict() for r in rows}
+    return selection
 
-    def report(chosen: Factory | None, error: str | None,
-               verdicts: dict[str, tuple[Verdict, str]],
-               code: Status = Status.ERR_BACKEND_UNAVAILABLE) -> SelectionReport:
-        cands = tuple(
-            Candidate(f.name, verdicts[f.name][0], verdicts[f.name][1], a.ok, s, r, a.detail)
-            for f, a, s, r in rows)
-        return SelectionReport(str(bundle), requested, requested_by,
-                               chosen.name if chosen else None, error, cands, broken,
-                               code if error else None)
 
-    if not bundle.is_dir():
-        err = f"bundle directory {bundle} does not exist"
-        return report(None, err, {f.name: ("cannot-serve", "no bundle") for f, *_ in rows},
-                      Status.ERR_BUNDLE), None
+def _resolve(bundle_dir: str | os.PathLike[str], backend: str | None,
+             environ: Mapping[str, str] | None,
+             registry: Registry | None) -> tuple[SelectionReport, Factory | None]:
+    sel = _gather(bundle_dir, backend, environ, registry)
+    if not sel.bundle.is_dir():
+        sel.verdicts = {r.name: ("cannot-serve", "no bundle") for r in sel.rows}
+        return sel.report(None, f"bundle directory {sel.bundle} does not exist",
+                          Status.ERR_BUNDLE), None
+    if sel.requested is not None:
+        return _hard_request(sel, sel.requested)
+    return _auto_select(sel)
 
-    def base_verdict(f: Factory, a: Any, s: bool, r: int) -> tuple[Verdict, str]:
-        if not a.ok:
-            return "unavailable", a.reason or "not available on this host"
-        if not s:
-            return "cannot-serve", f"no {'/'.join(f.formats) or 'matching'} artifact under text/"
-        return "lower-rank", f"rank {r}"
 
-    verdicts = {f.name: base_verdict(f, a, s, r) for f, a, s, r in rows}
+def _hard_request(sel: _Selection, requested: str) -> tuple[SelectionReport, Factory | None]:
+    """Rule 1: the named backend, or an error saying why not (never a fallback)."""
+    key = requested.lower()
+    match = next((r for r in sel.rows if key in (n.lower() for n in r.factory.names())), None)
+    for r in sel.rows:
+        if r is not match:
+            sel.verdicts[r.name] = ("not-requested", f"{sel.requested_by} asks for {requested}")
+    if match is None:
+        err = _unknown_backend(requested, sel.requested_by, [r.factory for r in sel.rows])
+        return sel.report(None, err), None
+    f = match.factory
+    if not match.availability.ok:
+        reason = match.availability.reason
+        sel.verdicts[f.name] = ("unavailable", reason)
+        err = (f"{sel.requested_by} asks for backend {requested!r} ({f.name}), which is "
+               f"installed but not available on this host: {reason}. Unset it to let the "
+               "selector choose, or fix the runtime install.")
+        return sel.report(None, err), None
+    if not match.can_serve:
+        sel.verdicts[f.name] = ("cannot-serve", sel.verdicts[f.name][1])
+        err = (f"{sel.requested_by} asks for backend {requested!r} ({f.name}), which cannot "
+               f"serve {sel.bundle}: no {'/'.join(f.formats)} artifact under text/. Add one "
+               "(`eliza-backends bundle create`) or choose another backend.")
+        return sel.report(None, err, Status.ERR_CANNOT_SERVE), None
+    sel.verdicts[f.name] = ("chosen", f"requested by {sel.requested_by}")
+    return sel.report(f, None), f
 
-    if requested is not None:
-        key = requested.lower()
-        match = next((row for row in rows if key in (n.lower() for n in row[0].names())), None)
-        for f, *_ in rows:
-            if match is None or f is not match[0]:
-                verdicts[f.name] = ("not-requested", f"{requested_by} asks for {requested}")
-        if match is None:
-            err = _unknown_backend(requested, requested_by, factories)
-            return report(None, err, verdicts), None
-        f, a, s, _ = match
-        if not a.ok:
-            err = (f"{requested_by} asks for backend {requested!r} ({f.name}), which is installed "
-                   f"but not available on this host: {a.reason}. Unset it to let the selector "
-                   "choose, or fix the runtime install.")
-            verdicts[f.name] = ("unavailable", a.reason)
-            return report(None, err, verdicts), None
-        if not s:
-            err = (f"{requested_by} asks for backend {requested!r} ({f.name}), which cannot serve "
-                   f"{bundle}: no {'/'.join(f.formats)} artifact under text/. Add one "
-                   "(`eliza-backends bundle create`) or choose another backend.")
-            verdicts[f.name] = ("cannot-serve", verdicts[f.name][1])
-            return report(None, err, verdicts, Status.ERR_CANNOT_SERVE), None
-        verdicts[f.name] = ("chosen", f"requested by {requested_by}")
-        return report(f, None, verdicts), f
 
-    candidates = [(f, r) for f, a, s, r in rows if a.ok and s]
-    ranked = sorted((c for c in candidates if c[1] > 0 and c[0].name != LLAMA_CPP),
-                    key=lambda c: (-c[1], c[0].name))
-    llama = next((f for f, _ in candidates if f.name == LLAMA_CPP), None)
-    low = sorted((c for c in candidates if c[1] <= 0 and c[0].name != LLAMA_CPP),
-                 key=lambda c: (-c[1], c[0].name))
-    if ranked:
-        chosen = ranked[0][0]
-        reason = f"highest rank ({ranked[0][1]}) among backends that can serve"
+def _auto_select(sel: _Selection) -> tuple[SelectionReport, Factory | None]:
+    """Rules 2-5: the highest rank above 0, else llama.cpp, else the best rank <= 0."""
+    candidates = [r for r in sel.rows if r.availability.ok and r.can_serve]
+    others = sorted((r for r in candidates if r.name != LLAMA_CPP),
+                    key=lambda r: (-r.rank, r.name))
+    llama = next((r for r in candidates if r.name == LLAMA_CPP), None)
+    best = others[0] if others else None
+    if best is not None and best.rank > 0:
+        chosen, reason = best, f"highest rank ({best.rank}) among backends that can serve"
     elif llama is not None:
-        chosen = llama
-        reason = "llama.cpp: the default when no backend ranked above 0 can serve"
-    elif low:
-        chosen = low[0][0]
-        reason = f"llama.cpp cannot serve; highest remaining rank ({low[0][1]})"
+        chosen, reason = llama, "llama.cpp: the default when no backend ranked above 0 can serve"
+    elif best is not None:
+        chosen, reason = best, f"llama.cpp cannot serve; highest remaining rank ({best.rank})"
     else:
-        lacks = "; ".join(f"{f.name}: {verdicts[f.name][1]}" for f, *_ in rows) or \
+        lacks = "; ".join(f"{r.name}: {sel.verdicts[r.name][1]}" for r in sel.rows) or \
             "no backend is installed"
-        err = (f"no installed backend can serve {bundle} ({lacks}). Install a backend for the "
-               "bundle's artifacts (pip install eliza-backends[all]) or add a .gguf to text/.")
-        return report(None, err, verdicts, Status.ERR_CANNOT_SERVE), None
-    for f, r in candidates:
-        if f is chosen:
-            verdicts[f.name] = ("chosen", reason)
-        elif r <= 0 and f.name != LLAMA_CPP and llama is not None:
-            why = f.rank_reason() or "ranks itself at or below llama.cpp on this host"
-            verdicts[f.name] = ("below-llama.cpp", f"rank {r} <= 0: {why}")
-        else:
-            verdicts[f.name] = ("lower-rank", f"rank {r} < {safe_rank(chosen)} of {chosen.name}"
-                                if f.name != LLAMA_CPP else "a higher-ranked backend can serve")
-    return report(chosen, None, verdicts), chosen
+        err = (f"no installed backend can serve {sel.bundle} ({lacks}). Install a backend for "
+               "the bundle's artifacts (pip install eliza-backends[all]) or add a .gguf to "
+               "text/.")
+        return sel.report(None, err, Status.ERR_CANNOT_SERVE), None
+    for r in candidates:
+        sel.verdicts[r.name] = _candidate_verdict(r, chosen, reason, llama is not None)
+    return sel.report(chosen.factory, None), chosen.factory
+
+
+def _candidate_verdict(row: _Row, chosen: _Row, reason: str,
+                       llama_serves: bool) -> tuple[Verdict, str]:
+    if row is chosen:
+        return "chosen", reason
+    if row.rank <= 0 and row.name != LLAMA_CPP and llama_serves:
+        why = row.factory.rank_reason() or "ranks itself at or below llama.cpp on this host"
+        return "below-llama.cpp", f"rank {row.rank} <= 0: {why}"
+    if row.name == LLAMA_CPP:
+        return "lower-rank", "a higher-ranked backend can serve"
+    return "lower-rank", f"rank {row.rank} < {chosen.rank} of {chosen.name}"
 
 
 def _safe_can_serve(factory: Factory, bundle: Path) -> bool:

@@ -1,19 +1,34 @@
-"""Speculative decoding pieces every backend shares: the n-gram drafter and the acceptance rule.
+"""Speculative decoding, once for every backend: the loop, the drafters, the acceptance rules.
 
-A backend drafts ``k`` tokens, verifies them in one batched forward pass over
-``[last, d1..dk]``, and keeps the longest agreeing prefix plus the target's own next token
-(:func:`accept_greedy`). Greedy output is token-for-token identical to decoding without a
-drafter; the step reports how many tokens were drafted and accepted.
+:func:`speculate` is the loop (mlx-lm's ``speculative_generate_step`` draws the same line): each
+round the drafter proposes ``k`` tokens, the backend's ``verify`` step runs one forward pass
+over ``[last, d1..dk]`` (batched where the runtime allows), keeps the longest agreeing prefix
+plus the target's own next token (:func:`accept_greedy`, or :func:`accept_sampled` with
+temperature) and rolls its cache back past the rest. Greedy output is token-for-token identical
+to decoding without a drafter; the step reports how many tokens were drafted and accepted. A
+session runs it through :meth:`eliza_backends.Session._speculate`, which also owns the drafter.
 
 :class:`NgramDrafter` is prompt lookup: it proposes what followed the most recent earlier
 occurrence of the sequence's last n tokens (longest n first), from an incremental index, so a
-proposal costs O(new tokens), not O(history).
+proposal costs O(new tokens), not O(history). :class:`ModelDrafter` is the base of draft-model
+drafters: it keeps a small model's cache in step with the target sequence; the backend supplies
+the forward pass and the cache trim.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
+
+from .errors import BundleError
+
+#: A backend's verify step: ``verify(sequence, drafts) -> (produced, accepted)``.
+#: ``sequence`` is the whole sequence so far (its last token is the one the drafts follow;
+#: read-only), ``drafts`` the proposal (maybe empty). It feeds the runtime, applies the
+#: acceptance rule, rolls the cache back past rejected drafts, and returns the tokens the round
+#: produced (1..len(drafts) + 1, ending at an end token) and how many drafts were accepted.
+Verify = Callable[[Sequence[int], list[int]], tuple[list[int], int]]
 
 
 class Drafter(Protocol):
@@ -77,6 +92,101 @@ class NgramDrafter:
         """Nothing to free."""
 
 
+class ModelDrafter(ABC):
+    """Greedy drafts from a small model sharing the target's vocabulary, its cache kept in step
+    with the target sequence: before each proposal it drops what diverged (rejected drafts, a
+    rewind), feeds what is new, then drafts ``k`` tokens. Subclasses supply the runtime calls.
+
+    ``_tokens`` is what the draft cache holds; its first ``_synced`` tokens are known to equal
+    the target sequence (a rewind lowers it through :meth:`truncate`).
+    """
+
+    def __init__(self, name: str, vocab_size: int, target_vocab_size: int) -> None:
+        """``name``: the draft artifact, for messages. A draft model must share the target's
+        vocabulary: :class:`BundleError` when the sizes differ."""
+        if vocab_size != target_vocab_size:
+            raise BundleError(f"draft model {name} has {vocab_size} tokens, the target "
+                              f"{target_vocab_size}: a draft model must share the target's "
+                              "vocabulary")
+        self._tokens: list[int] = []
+        self._synced = 0
+
+    @abstractmethod
+    def _forward(self, feed: list[int], k: int) -> list[int]:
+        """Feed ``feed`` (non-empty) after the cached tokens, then draft ``k`` tokens greedily,
+        feeding each draft but the last; return the drafts."""
+
+    @abstractmethod
+    def _drop(self, n: int) -> bool:
+        """Drop cache positions ``>= n``; False when the runtime cannot."""
+
+    @abstractmethod
+    def _clear(self) -> None:
+        """Empty the cache."""
+
+    def propose(self, history: Sequence[int], k: int) -> list[int]:
+        """Sync with ``history`` and draft ``k`` tokens greedily."""
+        if k <= 0 or not history:
+            return []
+        n = min(len(self._tokens), len(history))
+        p = min(self._synced, n)
+        while p < n and self._tokens[p] == history[p]:
+            p += 1
+        if p == len(history):  # everything is cached: re-feed the last token for its logits
+            p -= 1
+        self.truncate(p)
+        p = min(p, len(self._tokens))  # 0 when the cache could not be trimmed
+        feed = list(history[p:])
+        try:
+            drafts = self._forward(feed, k)
+        except BaseException:
+            self._forget()  # the cache may hold part of a feed: start over next time
+            raise
+        self._tokens += feed
+        self._tokens += drafts[:-1]  # fed while drafting (the last draft is not)
+        self._synced = len(history)
+        return drafts
+
+    def truncate(self, n: int) -> None:
+        """Forget cache positions from ``n`` on."""
+        if n < len(self._tokens):
+            if not self._drop(n):
+                self._forget()
+                return
+            del self._tokens[n:]
+        self._synced = min(self._synced, n)
+
+    def _forget(self) -> None:
+        self._clear()
+        self._tokens = []
+        self._synced = 0
+
+
+def speculate(drafter: Drafter, sequence: Sequence[int], max_tokens: int, draft_length: int,
+              verify: Verify, is_end: Callable[[int], bool],
+              check_cancel: Callable[[], None]) -> tuple[list[int], int, int]:
+    """Draft/verify rounds continuing ``sequence`` until ``max_tokens`` tokens or an end token.
+
+    Each round: ``check_cancel()``, ``k = min(draft_length, tokens left - 1)`` drafts from
+    ``drafter``, then ``verify``. Returns (tokens produced, drafts proposed, drafts accepted).
+    """
+    seq = list(sequence)
+    out: list[int] = []
+    drafted = accepted = 0
+    while len(out) < max_tokens:
+        check_cancel()
+        k = min(draft_length, max_tokens - len(out) - 1)
+        drafts = drafter.propose(seq, k) if k > 0 else []
+        produced, n_ok = verify(seq, drafts)
+        out += produced
+        seq += produced
+        drafted += len(drafts)
+        accepted += n_ok
+        if is_end(produced[-1]):
+            break
+    return out, drafted, accepted
+
+
 def accept_greedy(drafts: Sequence[int], target: Callable[[int], int],
                   is_end: Callable[[int], bool]) -> tuple[list[int], int]:
     """The greedy acceptance rule; returns (tokens this round produces, drafts accepted).
@@ -126,4 +236,5 @@ def accept_sampled(drafts: Sequence[int], target: Callable[[int], tuple[Any, Any
     return out, len(drafts)
 
 
-__all__ = ["Drafter", "NgramDrafter", "accept_greedy", "accept_sampled"]
+__all__ = ["Drafter", "ModelDrafter", "NgramDrafter", "Verify", "accept_greedy", "accept_sampled",
+           "speculate"]

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .backend import Session, Step
-from .chat import common_prefix, render_chat
+from .chat import common_prefix
+from .chat_tokens import chat_token_ids
 from .config import StreamConfig
 from .context import InferenceContext
 from .errors import InvalidArgumentError, PluginError, UnsupportedOperationError
@@ -116,6 +117,8 @@ class Stream:
         is kept with ``reset_keep``). Returns the number of tokens prefilled.
 
         Pass the whole conversation each turn, including the assistant's earlier replies.
+        Message content is never read as control tokens: ``"<|end|>"`` in a message is text
+        (see :mod:`eliza_backends.chat_tokens`).
         """
         session = self.session
         template = self.config.chat_template or session.chat_template
@@ -123,9 +126,8 @@ class Stream:
             raise UnsupportedOperationError(
                 f"the model served by {self.backend} ships no chat template; pass one with "
                 "StreamConfig(chat_template=...) or prefill text yourself")
-        text = render_chat(template, messages, add_generation_prompt=add_generation_prompt,
-                           **session.template_tokens)
-        ids = session.tokenize(text, add_special=False)
+        ids = chat_token_ids(session, template, messages,
+                             add_generation_prompt=add_generation_prompt)
         history = session.history
         keep = min(common_prefix(history, ids), len(ids) - 1)
         if keep < len(history):

@@ -1,4 +1,4 @@
-"""The conformance kit: one test class that checks a backend against the whole contract.
+"""The conformance kit: test classes that check a backend against the whole contract.
 
 A plugin author subclasses :class:`BackendConformance` in their test suite and provides two
 fixtures, ``factory`` (a Factory instance) and ``bundle_dir`` (a bundle it can serve)::
@@ -20,6 +20,14 @@ Optional overrides: ``base_config`` (a dict of StreamConfig fields), ``prompt_te
 Checks that depend on an optional feature are skipped with the reason when
 ``session.capabilities`` says the feature is absent, never silently.
 
+:class:`BackendConformance` is the aggregate of one mixin per area (as fsspec's abstract tests
+and pandas' extension tests): :class:`FactoryChecks`, :class:`GenerationChecks`,
+:class:`RewindChecks`, :class:`CancelChecks`, :class:`SlotChecks`, :class:`InputChecks`,
+:class:`SpeculativeChecks`, :class:`SamplingChecks`, :class:`ChatChecks`. While developing a
+backend, subclass only the mixins you are working on (each brings the fixtures through
+:class:`KitFixtures`); in the plugin's suite subclass the aggregate, so a check added to the kit
+is never missed. The kit uses only the public API of sessions and factories.
+
 This module is registered as a pytest plugin (``pytest11`` entry point); importing it outside
 pytest is not supported.
 """
@@ -35,6 +43,8 @@ from typing import Any, ClassVar
 import pytest
 
 from .backend import Capabilities, Factory, Session, Step
+from .chat import render_chat
+from .chat_tokens import chat_token_ids
 from .config import StreamConfig
 from .context import InferenceContext
 from .errors import (
@@ -73,9 +83,9 @@ def long_prompt(session: Session, n_tokens: int, text: str) -> list[int]:
     return ids
 
 
-class BackendConformance:
-    """Aggregate contract checks for one backend. Subclass and provide ``factory`` and
-    ``bundle_dir`` fixtures. Every test opens its own sessions and closes them."""
+class KitFixtures:
+    """The fixtures every check uses. Provide ``factory`` and ``bundle_dir``; every test opens
+    its own sessions on one shared context and closes them."""
 
     #: StreamConfig fields every session of the kit uses (override per backend if needed).
     base_config: ClassVar[dict[str, Any]] = {
@@ -122,7 +132,10 @@ class BackendConformance:
     def prompt(self, session: Session) -> list[int]:
         return session.tokenize(self.prompt_text, add_special=True)
 
-    # ------------------------------------------------------------------ factory
+
+
+class FactoryChecks(KitFixtures):
+    """The factory describes itself and the session declares honest capabilities."""
 
     def test_factory_describes_itself(self, factory: Factory, bundle_dir: Path,
                                       tmp_path: Path) -> None:
@@ -143,7 +156,10 @@ class BackendConformance:
         assert session.context_size >= 16
         assert all(0 <= t < session.vocab_size for t in session.eog_token_ids)
 
-    # ------------------------------------------------------------------ generation
+
+
+class GenerationChecks(KitFixtures):
+    """Prefill, steps, budget, determinism, UTF-8-safe text, stop strings, a full context."""
 
     def test_prefill_next_until_final(self, session: Session, prompt: list[int]) -> None:
         session.prefill(prompt)
@@ -222,7 +238,10 @@ class BackendConformance:
             assert steps[-1].finish_reason == "context"
             assert s.n_past == s.context_size
 
-    # ------------------------------------------------------------------ reset / reuse
+
+
+class RewindChecks(KitFixtures):
+    """reset() forgets; reset_keep() reuses a prefix (or resets fully, if it cannot)."""
 
     def test_reset_forgets_everything(self, session: Session, prompt: list[int]) -> None:
         session.prefill(prompt)
@@ -267,7 +286,10 @@ class BackendConformance:
         with pytest.raises(InvalidArgumentError):
             session.next()
 
-    # ------------------------------------------------------------------ cancel
+
+
+class CancelChecks(KitFixtures):
+    """cancel() from another thread, before and during calls; one consumer per session."""
 
     def test_cancel_before_call(self, session: Session, prompt: list[int]) -> None:
         t = threading.Thread(target=session.cancel)
@@ -353,7 +375,7 @@ class BackendConformance:
             t = threading.Thread(target=consumer)
             t.start()
             deadline = time.monotonic() + 10
-            while not s._lock.locked() and t.is_alive() and time.monotonic() < deadline:
+            while not s.busy and t.is_alive() and time.monotonic() < deadline:
                 time.sleep(0.0005)
             if not t.is_alive():
                 pytest.skip("prefill finished before a second thread could collide with it")
@@ -363,7 +385,10 @@ class BackendConformance:
             t.join()
             assert not errors
 
-    # ------------------------------------------------------------------ slots
+
+
+class SlotChecks(KitFixtures):
+    """Slots continue identically; bad slot files are refused and change nothing."""
 
     def test_slot_round_trip_continues_identically(self, open_session: Any, prompt: list[int],
                                                    tmp_path: Path) -> None:
@@ -416,7 +441,10 @@ class BackendConformance:
         assert session.history == tuple(prompt)  # a refused restore changes nothing
         assert session.next().tokens
 
-    # ------------------------------------------------------------------ bad input
+
+
+class InputChecks(KitFixtures):
+    """Bad ids, call order, overflow, use after close, tokenization."""
 
     def test_bad_token_ids_are_refused(self, session: Session) -> None:
         bad_inputs: list[Any] = [[], [-1], [session.vocab_size], [1.5], ["a"], "text", None,
@@ -460,11 +488,30 @@ class BackendConformance:
         if session.bos_token_id is not None:
             assert with_bos[0] == session.bos_token_id
 
-    def test_drafters_keep_greedy_output(self, open_session: Any, prompt: list[int]) -> None:
+    def test_tokenize_parse_special_off_never_gives_control_tokens(self,
+                                                                  session: Session) -> None:
+        controls = sorted(session.model_info.control_texts)[:16]
+        if not controls:
+            pytest.skip("the model has no control-token texts")
+        text = "a" + "a".join(controls)
+        ids = session.tokenize(text, add_special=False, parse_special=False)
+        singles = {tuple(session.tokenize(c, add_special=False)) for c in controls}
+        assert not any((t,) in singles for t in ids)
+        assert session.detokenize(ids) == text
+
+
+class SpeculativeChecks(KitFixtures):
+    """Every drafter keeps greedy output identical, through rewinds too, with honest counts."""
+
+    def _drafters(self, open_session: Any) -> list[str]:
         with open_session() as probe:
             drafters = sorted(probe.capabilities.drafters - {"none"})
         if not drafters:
             pytest.skip("capabilities.drafters offers no speculative drafter")
+        return drafters
+
+    def test_drafters_keep_greedy_output(self, open_session: Any, prompt: list[int]) -> None:
+        drafters = self._drafters(open_session)
         repeat = prompt + prompt[1:] + prompt[1:]  # something for prompt lookup to find
         with open_session(ignore_eos=True, max_tokens=24) as plain:
             plain.prefill(repeat)
@@ -483,6 +530,31 @@ class BackendConformance:
                     assert 0 <= st.accepted <= st.drafted
                 assert sum(st.drafted for st in steps) > 0, kind
 
+    def test_drafters_follow_rewinds(self, open_session: Any, prompt: list[int]) -> None:
+        repeat = prompt + prompt[1:]
+        with open_session(ignore_eos=True, max_tokens=12) as plain:
+            plain.prefill(repeat)
+            expected = generated_tokens(run_to_end(plain))
+        for kind in self._drafters(open_session):
+            try:
+                s = open_session(ignore_eos=True, max_tokens=12, drafter=kind, draft_length=3)
+            except BundleError as exc:
+                assert kind == "model", exc
+                continue
+            with s:
+                s.prefill(repeat)
+                run_to_end(s)
+                kept = s.reset_keep(len(repeat) - 2)
+                s.prefill(repeat[kept:])
+                assert generated_tokens(run_to_end(s)) == expected, kind
+                s.reset()
+                s.prefill(repeat)
+                assert generated_tokens(run_to_end(s)) == expected, kind
+
+
+class SamplingChecks(KitFixtures):
+    """A seed makes sampling reproducible (if the session samples at all)."""
+
     def test_sampling_is_seeded(self, open_session: Any, prompt: list[int]) -> None:
         with open_session() as probe:
             if not probe.capabilities.sampling:
@@ -495,4 +567,45 @@ class BackendConformance:
         assert outs[0] == outs[1]
 
 
-__all__ = ["BackendConformance", "generated_tokens", "long_prompt", "run_to_end"]
+class ChatChecks(KitFixtures):
+    """Chat prompts: message content never becomes control tokens; the ordinary case is the
+    rendered prompt tokenized whole."""
+
+    def _template(self, session: Session) -> str:
+        if not session.chat_template:
+            pytest.skip("the model ships no chat template")
+        return session.chat_template
+
+    def test_chat_ids_are_the_rendered_prompt_tokenized(self, session: Session) -> None:
+        template = self._template(session)
+        msgs = [{"role": "system", "content": "Be brief."},
+                {"role": "user", "content": self.prompt_text}]
+        text = render_chat(template, msgs, add_generation_prompt=True,
+                           **session.template_tokens)
+        assert chat_token_ids(session, template, msgs) == \
+            session.tokenize(text, add_special=False)
+
+    def test_message_content_cannot_forge_control_tokens(self, session: Session) -> None:
+        template = self._template(session)
+        controls = sorted(session.model_info.control_texts)[:16]
+        if not controls:
+            pytest.skip("the model has no control-token texts")
+        singles = [session.tokenize(c, add_special=False) for c in controls]
+        control_ids = {ids[0] for ids in singles if len(ids) == 1}
+
+        def markup(content: str) -> list[int]:
+            ids = chat_token_ids(session, template, [{"role": "user", "content": content}])
+            return [t for t in ids if t in control_ids]
+
+        assert markup("hi " + " ".join(controls) + " bye") == markup("hi bye")
+
+
+class BackendConformance(FactoryChecks, GenerationChecks, RewindChecks, CancelChecks,
+                         SlotChecks, InputChecks, SpeculativeChecks, SamplingChecks, ChatChecks):
+    """Every contract check for one backend. Subclass and provide ``factory`` and
+    ``bundle_dir`` fixtures (see :class:`KitFixtures`)."""
+
+
+__all__ = ["BackendConformance", "CancelChecks", "ChatChecks", "FactoryChecks",
+           "GenerationChecks", "InputChecks", "KitFixtures", "RewindChecks", "SamplingChecks",
+           "SlotChecks", "SpeculativeChecks", "generated_tokens", "long_prompt", "run_to_end"]

@@ -21,7 +21,6 @@ import importlib.metadata
 import importlib.util
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -30,6 +29,7 @@ from eliza_backends import (
     Availability,
     BackendRuntimeError,
     BackendSelectionError,
+    BundleError,
     Factory,
     InferenceContext,
     Session,
@@ -173,12 +173,12 @@ class LiteRTFactory(Factory):
                     "the engine session needs litert-lm-api: pip install 'eliza-backends[litert]'"
                     " (or use session='interpreter')")
             if path.suffix.lower() != ".litertlm":
-                litertlm = [p for p in self._artifacts(context) if p.suffix == ".litertlm"]
-                if not litertlm:
+                try:
+                    path = self.artifact(context.bundle_dir, formats=("litertlm",))
+                except BundleError:
                     raise BackendSelectionError(
                         f"the engine session needs a .litertlm under {context.bundle_dir}/text/"
-                        f"; {path.name} is a .tflite (use session='interpreter')")
-                path = litertlm[0]
+                        f"; {path.name} is a .tflite (use session='interpreter')") from None
             from .engine_session import open_engine_session
 
             # the probes only saw files; if the engine cannot start on a rung that was not
@@ -194,14 +194,14 @@ class LiteRTFactory(Factory):
                     failures.append(f"{rung.name}: {exc.message}")
             raise BackendRuntimeError("LiteRT-LM could not start on any usable rung: "
                                       + "; ".join(failures))
-        from .session import open_session
+        from .model import default_threads, shared_model
+        from .session import LiteRTSession
 
-        return open_session(context, config, options, path, ladder.chosen)
-
-    def _artifacts(self, context: InferenceContext) -> list[Path]:
-        from eliza_backends.bundle import find_artifacts
-
-        return list(find_artifacts(context.bundle_dir, self.formats))
+        threads = config.threads or default_threads()
+        accel = ladder.chosen.engine_backend if options.runtime == "compiled" else "cpu"
+        model = shared_model(context, path, threads, options.runtime, accel)
+        drafter = self.make_drafter(context, config, model.info, greedy_only=True)
+        return LiteRTSession(model, config, context, ladder.chosen, drafter)
 
 
 @hookimpl

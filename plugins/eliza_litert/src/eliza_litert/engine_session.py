@@ -46,6 +46,7 @@ from eliza_backends import (
     Decoded,
     InferenceContext,
     InvalidArgumentError,
+    ModelInfo,
     Session,
     StreamConfig,
     UnsupportedOperationError,
@@ -64,10 +65,9 @@ class LoadedEngine:
     path: Path
     engine: Any
     tokenizer: HFTokenizer
-    bos: int | None
-    eog: tuple[int, ...]
+    info: ModelInfo
+    eog: tuple[int, ...]  # the container's stop ids, in its order (the first is reported)
     max_tokens: int
-    chat_template: str | None
     cache_dir: str
     owns_cache_dir: bool
     added: dict[int, str]  # added/special token id -> its text (the engine parses it back)
@@ -122,8 +122,12 @@ def load_engine(path: Path, rung: Rung, threads: int | None, cache_dir: str | No
             shutil.rmtree(cache_dir, ignore_errors=True)
         raise BackendRuntimeError(f"LiteRT-LM could not start an engine on {path} "
                                   f"({rung.engine_backend}): {exc}") from None
-    return LoadedEngine(path, engine, tok, bos, eog, meta.max_num_tokens or 4096,
-                        meta.jinja_prompt_template, cache_dir, owns, added)
+    info = ModelInfo(vocab_size=tok.vocab_size, eog_token_ids=frozenset(eog), bos_token_id=bos,
+                     chat_template=meta.jinja_prompt_template,
+                     template_tokens=tok.template_tokens(bos, frozenset(eog)), artifact=path,
+                     control_tokens=tok.control_texts)
+    return LoadedEngine(path, engine, tok, info, eog, meta.max_num_tokens or 4096, cache_dir,
+                        owns, added)
 
 
 def close_engine(loaded: LoadedEngine) -> None:
@@ -156,15 +160,15 @@ class EngineSession(Session):
         self._loaded = loaded
         self.accelerator = rung.engine_backend
         self.ladder_rung = rung.name
-        # one position is kept for the start token the engine adds when a sequence does not
-        # begin with it
-        self._n_ctx = min(config.context_size, loaded.max_tokens) - 1
         self._session: Any = None
         self._stream: Iterator[Any] | None = None
         self._buffer: list[int] = []
         self._turn_tokens = 0
         self._session = self._new_session(config)
-        super().__init__(config, context)
+        # one position is kept for the start token the engine adds when a sequence does not
+        # begin with it
+        super().__init__(config, context, loaded.info,
+                         context_size=min(config.context_size, loaded.max_tokens) - 1)
 
     def _new_session(self, config: StreamConfig) -> Any:
         if config.greedy:
@@ -179,34 +183,6 @@ class EngineSession(Session):
                 max_output_tokens=config.max_tokens)
         except Exception as exc:
             raise BackendRuntimeError(f"LiteRT-LM could not create a session: {exc}") from None
-
-    # ------------------------------------------------------------------ facts
-
-    @property
-    def vocab_size(self) -> int:
-        return self._loaded.tokenizer.vocab_size
-
-    @property
-    def context_size(self) -> int:
-        return self._n_ctx
-
-    @property
-    def eog_token_ids(self) -> frozenset[int]:
-        return frozenset(self._loaded.eog)
-
-    @property
-    def bos_token_id(self) -> int | None:
-        return self._loaded.bos
-
-    @property
-    def chat_template(self) -> str | None:
-        """The container's Jinja prompt template, if it has one."""
-        return self._loaded.chat_template
-
-    @property
-    def template_tokens(self) -> dict[str, str]:
-        return self._loaded.tokenizer.template_tokens(self._loaded.bos,
-                                                      frozenset(self._loaded.eog))
 
     @property
     def capabilities(self) -> Capabilities:
@@ -236,8 +212,8 @@ class EngineSession(Session):
     def _prefill(self, token_ids: list[int]) -> None:
         self._stop_stream()
         ids = token_ids
-        bos = self._loaded.bos
-        if not self._history and bos is not None and ids[0] == bos:
+        bos = self.bos_token_id
+        if not self._sequence and bos is not None and ids[0] == bos:
             ids = ids[1:]  # the engine opens every sequence with its start token itself
         if bos is not None and bos in ids:
             raise InvalidArgumentError(
@@ -259,7 +235,7 @@ class EngineSession(Session):
                 del self._buffer[:len(take)]
                 out += take
                 continue
-            if self._cancel.is_set():
+            if self._cancel_requested():
                 self._stop_stream(cancel=True)
                 self._raise_if_cancelled()
             if self._stream is None:
@@ -314,10 +290,17 @@ class EngineSession(Session):
     def _token_bytes(self, token_id: int) -> bytes:
         return self._loaded.tokenizer.piece(token_id)
 
-    def _tokenize(self, text: str, add_special: bool) -> list[int]:
-        ids = list(self._loaded.engine.tokenize(text)) if text else []
-        if add_special and self._loaded.bos is not None:
-            ids = [self._loaded.bos, *ids]
+    def _tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
+        # the engine's tokenizer always parses special tokens; text that must stay text is
+        # encoded with the same tokenizer.json (prefill then refuses ids the engine would read
+        # back as control tokens: it takes text)
+        if parse_special:
+            ids = list(self._loaded.engine.tokenize(text)) if text else []
+        else:
+            ids = self._loaded.tokenizer.encode(text, add_special=False, parse_special=False)
+        bos = self.bos_token_id
+        if add_special and bos is not None:
+            ids = [bos, *ids]
         return ids
 
     def _close(self) -> None:

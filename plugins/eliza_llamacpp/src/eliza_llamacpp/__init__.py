@@ -1,7 +1,9 @@
 """llama.cpp backend for eliza-backends: the default and the fallback.
 
 This module stays light: it never imports ``llama_cpp``. The runtime is imported by
-:meth:`LlamaCppFactory.open`, in :mod:`eliza_llamacpp.session`.
+:meth:`LlamaCppFactory.open`: :mod:`eliza_llamacpp.model` loads the weights,
+:mod:`eliza_llamacpp.session` and :mod:`eliza_llamacpp.draft` translate the session and the
+draft model to llama.cpp (both import ``model``, never each other).
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from eliza_backends import (
     Availability,
     Factory,
     InferenceContext,
+    ModelInfo,
     Session,
     StreamConfig,
     hookimpl,
 )
+from eliza_backends.speculative import Drafter
 
 __version__ = "0.1.0"
 
@@ -78,14 +82,24 @@ class LlamaCppFactory(Factory):
         return "the default and fallback (rank 0)"
 
     def open(self, context: InferenceContext, config: StreamConfig) -> Session:
-        from .draft import resolve_draft
-        from .session import open_session
+        from .model import shared_model
+        from .session import LlamaCppSession
 
         options: LlamaCppOptions = self.parse_options(config)
-        path = self.artifact(context.bundle_dir, name=options.artifact)
-        draft = resolve_draft(context.bundle_dir, config, self.artifact) \
-            if config.drafter == "model" else None
-        return open_session(context, config, options, path, draft)
+        model = shared_model(context, self.artifact(context.bundle_dir, name=options.artifact),
+                             options)
+        drafter = self.make_drafter(context, config, model.info)
+        return LlamaCppSession(model, config, options, context, drafter)
+
+    def make_draft_model(self, context: InferenceContext, config: StreamConfig,
+                         target: ModelInfo) -> Drafter:
+        """A GGUF from ``text/draft/`` (or ``draft_model``) in its own llama.cpp context."""
+        from .draft import DraftModel
+        from .model import shared_model
+
+        path = self.draft_artifact(context.bundle_dir, config)
+        model = shared_model(context, path, self.parse_options(config))
+        return DraftModel(model, target.vocab_size, config)
 
 
 @hookimpl

@@ -5,7 +5,9 @@ and the Linux CPU/CUDA builds of mlx), and ``text/*.mlpackage`` / ``text/*.mlmod
 coremltools on macOS 15+.
 
 This module stays light: it never imports mlx, mlx-lm or coremltools. :meth:`MLXFactory.open`
-imports them, in :mod:`eliza_mlx.mlx_session` / :mod:`eliza_mlx.coreml_session`.
+imports them: :mod:`eliza_mlx.model` loads MLX weights, :mod:`eliza_mlx.mlx_session` and
+:mod:`eliza_mlx.mlx_draft` translate the session and the draft model to mlx-lm (both import
+``model``, never each other), :mod:`eliza_mlx.coreml_session` serves Core ML.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from __future__ import annotations
 import os
 import sys
 from functools import cached_property
-from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -21,15 +22,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from eliza_backends import (
     Availability,
     BackendSelectionError,
-    BundleError,
     Factory,
     InferenceContext,
+    ModelInfo,
     Session,
     Status,
     StreamConfig,
     hookimpl,
 )
 from eliza_backends.bundle import find_artifacts
+from eliza_backends.speculative import Drafter
 
 from .probe import coreml_status, mlx_status
 
@@ -122,12 +124,13 @@ class MLXFactory(Factory):
         bundle = context.bundle_dir
         if options.engine in ("auto", "mlx"):
             if mlx.ok and find_artifacts(bundle, MLX_FORMATS):
-                from .mlx_draft import resolve_draft
-                from .mlx_session import open_session
+                from .mlx_session import MLXSession
+                from .model import shared_weights
 
-                path = self._pick(bundle, MLX_FORMATS, options.artifact)
-                draft = resolve_draft(bundle, config) if config.drafter == "model" else None
-                return open_session(context, config, path, draft)
+                path = self.artifact(bundle, name=options.artifact, formats=MLX_FORMATS)
+                loaded = shared_weights(context, path)
+                drafter = self.make_drafter(context, config, loaded.info, greedy_only=True)
+                return MLXSession(loaded, config, context, drafter)
             if options.engine == "mlx" or not find_artifacts(bundle, COREML_FORMATS):
                 why = mlx.reason if not mlx.ok else "no MLX weights folder under text/"
                 raise BackendSelectionError(
@@ -146,18 +149,19 @@ class MLXFactory(Factory):
                 code=Status.ERR_BACKEND_UNAVAILABLE)
         from .coreml_session import open_session as open_coreml  # pragma: no cover - macOS
 
-        path = self._pick(bundle, COREML_FORMATS, options.artifact)  # pragma: no cover
+        path = self.artifact(bundle, name=options.artifact,  # pragma: no cover
+                             formats=COREML_FORMATS)
         return open_coreml(context, config, options, path)  # pragma: no cover
 
-    def _pick(self, bundle: Path, formats: tuple[str, ...], name: str | None) -> Path:
-        found = find_artifacts(bundle, formats)
-        if name is not None:
-            found = [p for p in found if p.name == name]
-        if not found:
-            want = f"{name!r}" if name else f"a {'/'.join(formats)} artifact"
-            raise BundleError(f"{bundle} has no {want} under text/ for {self.name}",
-                              code=Status.ERR_CANNOT_SERVE)
-        return found[0]
+    def make_draft_model(self, context: InferenceContext, config: StreamConfig,
+                         target: ModelInfo) -> Drafter:
+        """An MLX folder from ``text/draft/`` (or ``draft_model``) with its own prompt cache."""
+        from .mlx_draft import MLXDraftModel
+        from .model import shared_weights
+
+        path = self.draft_artifact(context.bundle_dir, config, formats=MLX_FORMATS)
+        return MLXDraftModel(shared_weights(context, path), target.vocab_size,
+                             config.batch_size)
 
 
 def host_summary() -> str:

@@ -13,10 +13,13 @@ served, told apart by the model description:
   ``logits`` ``(1, T, vocab)``, no state: every step recomputes the whole sequence (correct,
   O(n^2); the context is capped at the input's upper bound).
 
-The tokenizer is a Hugging Face ``tokenizer.json`` beside the model:
-``text/<stem>.tokenizer.json``, ``text/tokenizer.json`` or ``<model>/tokenizer.json``. Sampling
-uses the core's numpy :class:`~eliza_backends.sampling.Sampler` (Core ML-only hosts need not
-have mlx). Slots are not supported (``capabilities.slots`` is False).
+The tokenizer is a Hugging Face ``tokenizer.json`` found by the core's
+:func:`~eliza_backends.hf_tokenizer.find_hf_tokenizer` (inside the model, ``text/<stem>.tokenizer
+.json``, ``text/tokenizer.json``, or the bundle's MLX folder), with its end tokens, BOS and chat
+template from :func:`~eliza_backends.hf_tokenizer.tokenizer_facts`: the same as the MLX session
+and LiteRT read for the same bundle. Sampling uses the core's numpy
+:class:`~eliza_backends.sampling.Sampler` (Core ML-only hosts need not have mlx). Slots are not
+supported (``capabilities.slots`` is False).
 """
 
 from __future__ import annotations
@@ -34,30 +37,33 @@ from eliza_backends import (
     Capabilities,
     Decoded,
     InferenceContext,
+    ModelInfo,
     Session,
     StreamConfig,
     UnsupportedOperationError,
 )
-from eliza_backends.hf_tokenizer import HFTokenizer
+from eliza_backends.hf_tokenizer import HFTokenizer, find_hf_tokenizer, tokenizer_facts
 from eliza_backends.sampling import Sampler
 
 from . import MLXOptions
 
-_EOG_NAMES = ("</s>", "<eos>", "<|eos|>", "<|end|>", "<|eot_id|>", "<|end_of_text|>",
-              "<end_of_turn>", "<|im_end|>", "<|endoftext|>")
 _UNITS = {"all": "ALL", "cpu_only": "CPU_ONLY", "cpu_and_gpu": "CPU_AND_GPU",
           "cpu_and_ne": "CPU_AND_NE"}
 
 
-def _find_tokenizer(path: Path) -> Path:
-    """``text/<stem>.tokenizer.json``, ``text/tokenizer.json``, ``<model>/tokenizer.json``, else
-    the tokenizer of an MLX folder beside it (a bundle ships one tokenizer for its formats)."""
-    for cand in (path.parent / f"{path.stem}.tokenizer.json", path.parent / "tokenizer.json",
-                 path / "tokenizer.json", *sorted(path.parent.glob("*/tokenizer.json"))):
-        if cand.is_file() and cand.parent.name != "draft":
-            return cand
-    raise BundleError(f"no tokenizer.json for {path.name}: put it at text/{path.stem}"
-                      ".tokenizer.json or text/tokenizer.json")
+def _load_tokenizer(path: Path) -> tuple[HFTokenizer, ModelInfo]:
+    """The bundle's tokenizer for the model at ``path`` and the model's facts."""
+    found = find_hf_tokenizer(path)
+    if found is None:
+        raise BundleError(f"no tokenizer.json for {path.name}: put it at text/{path.stem}"
+                          ".tokenizer.json or text/tokenizer.json")
+    tok = HFTokenizer.from_file(found)
+    facts = tokenizer_facts(tok, found.parent, tok.vocab_size)
+    return tok, ModelInfo(vocab_size=tok.vocab_size, eog_token_ids=facts.eog,
+                          bos_token_id=facts.bos if facts.add_bos else None,
+                          chat_template=facts.chat_template,
+                          template_tokens=facts.template_tokens,
+                          control_tokens=tok.control_texts)
 
 
 @dataclass(frozen=True)
@@ -106,8 +112,8 @@ def open_session(context: InferenceContext, config: StreamConfig, options: MLXOp
         raise UnsupportedOperationError("Core ML sessions do not support speculative drafters")
     units = getattr(ct.ComputeUnit, _UNITS[options.compute_units])
 
-    def load() -> tuple[Any, HFTokenizer, Layout]:
-        tokenizer = HFTokenizer.from_file(_find_tokenizer(path))
+    def load() -> tuple[Any, HFTokenizer, ModelInfo, Layout]:
+        tokenizer, info = _load_tokenizer(path)
         layout = read_layout(path)
         try:
             if path.suffix == ".mlmodelc":
@@ -116,11 +122,11 @@ def open_session(context: InferenceContext, config: StreamConfig, options: MLXOp
                 model = ct.models.MLModel(str(path), compute_units=units)
         except Exception as exc:
             raise BundleError(f"Core ML could not load {path}: {exc}") from None
-        return model, tokenizer, layout
+        return model, tokenizer, info, layout
 
-    model, tokenizer, layout = context.shared(("coreml", str(path), options.compute_units),
-                                              load)
-    return CoreMLSession(model, tokenizer, layout, config, context)
+    model, tokenizer, info, layout = context.shared(
+        ("coreml", str(path), options.compute_units), load)
+    return CoreMLSession(model, tokenizer, info, layout, config, context)
 
 
 class CoreMLSession(Session):
@@ -128,7 +134,7 @@ class CoreMLSession(Session):
 
     backend_name = "mlx-coreml"
 
-    def __init__(self, model: Any, tokenizer: HFTokenizer, layout: Layout,
+    def __init__(self, model: Any, tokenizer: HFTokenizer, info: ModelInfo, layout: Layout,
                  config: StreamConfig, context: InferenceContext | None) -> None:
         self._model = model
         self._tok = tokenizer
@@ -138,25 +144,9 @@ class CoreMLSession(Session):
         self._seq: list[int] = []  # the tokens fed so far (len == _n_kv)
         self._logits: np.ndarray[Any, Any] | None = None
         self._sampler = Sampler(config)
-        self._eog = frozenset(i for n in _EOG_NAMES if (i := tokenizer.token_id(n)) is not None)
-        super().__init__(config, context)
-
-    @property
-    def vocab_size(self) -> int:
-        return self._tok.vocab_size
-
-    @property
-    def context_size(self) -> int:
-        cap = self._layout.max_length
-        return min(self.config.context_size, cap) if cap else self.config.context_size
-
-    @property
-    def eog_token_ids(self) -> frozenset[int]:
-        return self._eog
-
-    @property
-    def chat_template(self) -> str | None:
-        return None
+        cap = layout.max_length
+        super().__init__(config, context, info,
+                         context_size=min(config.context_size, cap) if cap else None)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -197,11 +187,11 @@ class CoreMLSession(Session):
             raise
 
     def _sample(self, logits: np.ndarray[Any, Any], out: list[int]) -> int:
-        return self._sampler.sample(logits, [*self._history, *out])
+        return self._sampler.sample(logits, [*self._sequence, *out])
 
     def _decode(self, max_tokens: int) -> Decoded:
         out: list[int] = []
-        stop_at_eog = not self.config.ignore_eos
+        stops = self._stop_tokens
         for i in range(max_tokens):
             if i:
                 self._raise_if_cancelled()
@@ -209,7 +199,7 @@ class CoreMLSession(Session):
             assert self._logits is not None
             tok = self._sample(self._logits, out)
             out.append(tok)
-            if stop_at_eog and tok in self._eog:
+            if tok in stops:
                 break
         # feed the last token now so the state always holds the whole history
         self._logits = self._forward(out[-1:])
@@ -231,8 +221,8 @@ class CoreMLSession(Session):
     def _token_bytes(self, token_id: int) -> bytes:
         return self._tok.piece(token_id)
 
-    def _tokenize(self, text: str, add_special: bool) -> list[int]:
-        return self._tok.encode(text, add_special=add_special)
+    def _tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
+        return self._tok.encode(text, add_special=add_special, parse_special=parse_special)
 
     def _close(self) -> None:
         self._state = None

@@ -30,13 +30,10 @@ drafted decodes one token exactly as the plain path does (fed ahead, pipelined).
 
 from __future__ import annotations
 
-import importlib.metadata
-import json
 import os
 import struct
 import tempfile
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -46,17 +43,14 @@ from mlx_lm.models.cache import (  # type: ignore[import-not-found,unused-ignore
     load_prompt_cache,
     make_prompt_cache,
     save_prompt_cache,
-    trim_prompt_cache,
 )
 from mlx_lm.sample_utils import (  # type: ignore[import-not-found,unused-ignore]
     make_logits_processors,
     make_sampler,
 )
-from mlx_lm.utils import load_model  # type: ignore[import-not-found,unused-ignore]
 
 from eliza_backends import (
     BackendRuntimeError,
-    BundleError,
     Capabilities,
     Decoded,
     InferenceContext,
@@ -65,135 +59,12 @@ from eliza_backends import (
     StreamConfig,
     UnsupportedOperationError,
 )
-from eliza_backends.hf_tokenizer import HFTokenizer
-from eliza_backends.slots import fingerprint_artifact
-from eliza_backends.speculative import Drafter, NgramDrafter, accept_greedy
+from eliza_backends.speculative import Drafter, accept_greedy
 
-from .probe import MLXFolder, check_mlx_folder
+from .model import COMPUTE_STREAM, LoadedMLX, trim
 
-RUNTIME = (f"mlx {importlib.metadata.version('mlx')} / "
-           f"mlx-lm {importlib.metadata.version('mlx-lm')}")
-#: Compute runs on its own stream per thread, as in mlx-lm's generate_step.
-_STREAM = mx.new_thread_local_stream(mx.default_device())
 _SLOT_MAGIC = b"ELZMLX01"
 _SLOT_HEAD = struct.Struct("<8sIQ")  # magic, cached tokens, prompt-cache file length
-
-
-@dataclass
-class LoadedMLX:
-    """Weights and tokenizer of one MLX folder, shared by the sessions of a context."""
-
-    folder: MLXFolder
-    model: Any
-    tokenizer: HFTokenizer
-    vocab_size: int
-    eog: frozenset[int]
-    bos: int | None
-    add_bos: bool
-    chat_template: str | None
-    template_tokens: dict[str, str]
-    _fingerprint: str | None = None
-
-    @property
-    def fingerprint(self) -> str:
-        """Cheap identity of the folder (see :func:`fingerprint_artifact`)."""
-        if self._fingerprint is None:
-            self._fingerprint = fingerprint_artifact(self.folder.path)
-        return self._fingerprint
-
-
-def _ids(value: Any) -> set[int]:
-    if isinstance(value, bool):
-        return set()
-    if isinstance(value, int):
-        return {value}
-    if isinstance(value, list):
-        return {v for v in value if isinstance(v, int) and not isinstance(v, bool)}
-    return set()
-
-
-def _json_or_empty(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _token_content(value: Any) -> str | None:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and isinstance(value.get("content"), str):
-        return str(value["content"])
-    return None
-
-
-def load_weights(folder: MLXFolder) -> LoadedMLX:
-    """Load an already validated MLX folder with mlx-lm (errors become :class:`BundleError`)."""
-    tokenizer = HFTokenizer.from_file(folder.path / "tokenizer.json")
-    try:
-        model, _config = load_model(folder.path)
-    except Exception as exc:
-        raise BundleError(f"mlx-lm could not load {folder.path}: {type(exc).__name__}: {exc} "
-                          "(unsupported architecture, or weights that do not match config.json)"
-                          ) from None
-    vocab = folder.vocab_size
-    tok_config = _json_or_empty(folder.path / "tokenizer_config.json")
-    gen_config = _json_or_empty(folder.path / "generation_config.json")
-    eog = _ids(folder.config.get("eos_token_id")) | _ids(gen_config.get("eos_token_id"))
-    eos_text = _token_content(tok_config.get("eos_token"))
-    if eos_text is not None and (eos_id := tokenizer.token_id(eos_text)) is not None:
-        eog.add(eos_id)
-    bos: int | None = None
-    bos_ids = _ids(folder.config.get("bos_token_id")) or _ids(gen_config.get("bos_token_id"))
-    bos_text = _token_content(tok_config.get("bos_token"))
-    if bos_ids:
-        bos = min(bos_ids)
-    elif bos_text is not None:
-        bos = tokenizer.token_id(bos_text)
-    probe = tokenizer.encode("a", add_special=True)
-    add_bos = bos is not None and bool(probe) and probe[0] == bos and \
-        tokenizer.encode("a", add_special=False)[:1] != [bos]
-    template_file = folder.path / "chat_template.jinja"
-    template: str | None = None
-    if template_file.is_file():
-        template = template_file.read_text(encoding="utf-8")
-    elif isinstance(tok_config.get("chat_template"), str):
-        template = tok_config["chat_template"]
-    return LoadedMLX(folder=folder, model=model, tokenizer=tokenizer, vocab_size=vocab,
-                     eog=frozenset(t for t in eog if 0 <= t < vocab), bos=bos, add_bos=add_bos,
-                     chat_template=template,
-                     template_tokens={k: v for k, v in (("bos_token", bos_text),
-                                                         ("eos_token", eos_text)) if v})
-
-
-def open_session(context: InferenceContext, config: StreamConfig, path: Path,
-                 draft_path: Path | None = None) -> MLXSession:
-    """Validate the folder, load (or reuse) its weights on ``context``, open a session (with
-    the drafter ``config.drafter`` names; ``draft_path``: the draft MLX folder for "model")."""
-    if config.drafter != "none" and (not config.greedy or config.repeat_penalty != 1.0):
-        raise UnsupportedOperationError(
-            "mlx speculative decoding is greedy-only here: use temperature=0 and "
-            "repeat_penalty=1 with a drafter, or drafter='none' to sample")
-    folder = check_mlx_folder(path)
-    loaded = context.shared(("mlx", str(path)), lambda: load_weights(folder))
-    drafter: Drafter | None = None
-    if config.drafter == "ngram":
-        drafter = NgramDrafter(max_n=config.ngram_size)
-    elif config.drafter == "model":
-        if draft_path is None:
-            raise BundleError("drafter='model' needs a draft MLX folder (text/draft/ or "
-                              "draft_model)")
-        from .mlx_draft import open_draft
-
-        drafter = open_draft(context, config, draft_path, loaded.vocab_size)
-    return MLXSession(loaded, config, context, drafter)
-
-
-def _trim(cache: list[Any], n: int) -> int:
-    """Trim ``n`` tokens off every layer; how many were trimmed (mlx-lm annotates the return
-    value of ``trim_prompt_cache`` as a list, but it is the count)."""
-    return int(cast(Any, trim_prompt_cache(cache, n)))
 
 
 def _greedy(logits: Any) -> Any:
@@ -216,7 +87,6 @@ class MLXSession(Session):
             raise UnsupportedOperationError(
                 f"{loaded.folder.path.name}: this model's prompt cache cannot be trimmed, so it "
                 "cannot verify drafts (capabilities.drafters is {'none'}); use drafter='none'")
-        self._drafter = drafter
         self._greedy = config.greedy
         self._sampler: Callable[[Any], Any] = _greedy if config.greedy else make_sampler(
             temp=config.temperature, top_p=config.top_p, min_p=config.min_p,
@@ -236,36 +106,8 @@ class MLXSession(Session):
         self._logits: Any = None  # logits after the last cached token, shape (1, vocab)
         self._y: Any = None  # the next token, sampled (lazily) from _logits
         self._stale = False  # the cache could not be rolled back: only reset() helps
-        super().__init__(config, context)
+        super().__init__(config, context, loaded.info, drafter=drafter)
         self._seed()
-
-    # ------------------------------------------------------------------ facts
-
-    @property
-    def vocab_size(self) -> int:
-        return self._loaded.vocab_size
-
-    @property
-    def context_size(self) -> int:
-        return self.config.context_size
-
-    @property
-    def eog_token_ids(self) -> frozenset[int]:
-        return self._loaded.eog
-
-    @property
-    def bos_token_id(self) -> int | None:
-        return self._loaded.bos if self._loaded.add_bos else None
-
-    @property
-    def chat_template(self) -> str | None:
-        """The folder's chat template (chat_template.jinja or tokenizer_config.json)."""
-        return self._loaded.chat_template
-
-    @property
-    def template_tokens(self) -> dict[str, str]:
-        """``bos_token`` / ``eos_token`` texts from tokenizer_config.json."""
-        return dict(self._loaded.template_tokens)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -280,10 +122,10 @@ class MLXSession(Session):
         if not self._greedy:
             mx.random.seed(self.config.seed)
 
-    def _tail(self, ids: list[int], lazy: Any = None) -> Any:
+    def _tail(self, ids: Sequence[int], lazy: Any = None) -> Any:
         """The recent tokens the repetition penalty looks at (``lazy``: a pending token)."""
         keep = self._last_n - (1 if lazy is not None else 0)
-        recent = ids[-keep:] if keep > 0 else []
+        recent = list(ids[-keep:]) if keep > 0 else []
         tail = mx.array(recent, dtype=mx.uint32) if recent else None
         if lazy is None:
             return tail
@@ -309,13 +151,13 @@ class MLXSession(Session):
         self._undo_ahead()
         model, cache, step = self._model, self._cache, self.config.batch_size
         start = self._n_kv
-        history = list(self._history)
+        history = list(self._sequence)
         feed = token_ids if self._pending is None else [self._pending, *token_ids]
         # As generate_step: every token but the last in chunks (evaluated, cancel between
         # them), then the last token alone, whose logits give the first sample.
         body, last = feed[:-1], feed[-1:]
         try:
-            with mx.stream(_STREAM):
+            with mx.stream(COMPUTE_STREAM):
                 for off in range(0, len(body), step):
                     self._raise_if_cancelled()
                     chunk = body[off:off + step]
@@ -353,7 +195,7 @@ class MLXSession(Session):
             return
         y, logits = self._ahead
         self._ahead = None
-        if _trim(self._cache, 1) != 1:
+        if trim(self._cache, 1) != 1:
             self._stale = True
             return
         self._n_kv -= 1
@@ -363,26 +205,24 @@ class MLXSession(Session):
         self._logits = self._y = None
         extra = self._n_kv - n
         if extra > 0:
-            if can_trim_prompt_cache(self._cache) and _trim(self._cache, extra) == extra:
+            if can_trim_prompt_cache(self._cache) and trim(self._cache, extra) == extra:
                 self._n_kv = n
             else:
                 self._stale = True
 
     def _decode(self, max_tokens: int) -> Decoded:
         if self._drafter is not None:
-            return self._decode_speculative(self._drafter, max_tokens)
+            return self._decode_speculative(max_tokens)
         out: list[int] = []
-        model, cache, cancel = self._model, self._cache, self._cancel
-        eog = self._loaded.eog
-        stop_at_eog = not self.config.ignore_eos
+        model, cache, cancelled = self._model, self._cache, self._cancel_requested
+        stops = self._stop_tokens
         processors = bool(self._processors)
         # The stream surely ends after this step (budget or context): its last token is not fed
         # ahead, it waits in _pending for a prefill that continues the sequence.
-        ends = max_tokens >= self.config.max_tokens - self._generated or \
-            len(self._history) + max_tokens >= self.context_size
-        with mx.stream(_STREAM):
+        ends = self._stream_ends_with(max_tokens)
+        with mx.stream(COMPUTE_STREAM):
             for i in range(max_tokens):
-                if i and cancel.is_set():
+                if i and cancelled():
                     self._raise_if_cancelled()
                 if self._ahead is not None:  # prefill queued this token's forward pass
                     y, self._ahead = self._ahead[0], None
@@ -396,19 +236,21 @@ class MLXSession(Session):
                         break
                     logits = model(y[None], cache=cache)[:, -1, :]
                     self._n_kv += 1
-                    tail = self._tail(self._history + out, y) if processors else None
+                    tail = self._tail([*self._sequence[-self._last_n:], *out], y) \
+                        if processors else None
                     self._launch(logits, tail)
                     tok = y.item()
                 out.append(tok)
                 if not self._n_kv & 255:
                     mx.clear_cache()  # as generate_step, every 256 tokens
-                if stop_at_eog and tok in eog:
+                if tok in stops:
                     break
         return Decoded(out)
 
-    def _decode_speculative(self, drafter: Drafter, max_tokens: int) -> Decoded:
-        """Rounds of: draft k tokens, verify them in one model call, keep the agreeing prefix
-        plus the target's next token, trim the rejected positions off the prompt cache.
+    def _decode_speculative(self, max_tokens: int) -> Decoded:
+        """The core's speculative loop with this session's verify step: one model call over
+        ``[pending, d1..dk]``, the agreeing prefix plus the target's next token kept, the
+        rejected positions trimmed off the prompt cache.
 
         Between rounds the sequence's last token is either *pending* (not in the cache: the
         next round verifies ``[pending, d1..dk]``) or *fed ahead* (in the cache, the target's
@@ -421,40 +263,44 @@ class MLXSession(Session):
         if self._stale:
             raise BackendRuntimeError("the MLX prompt cache was lost by an interrupted call; "
                                       "call reset() before decoding again")
-        model, cache, cancel = self._model, self._cache, self._cancel
+        model, cache = self._model, self._cache
         ahead: Any = None  # the target's token after the sequence, when its last token is fed
         if self._pending is None:  # the cache holds the whole history
             if self._y is not None:
                 ahead = self._y
             else:  # (after save_slot) take its last token back out to verify it with drafts
-                if _trim(cache, 1) != 1:
+                if trim(cache, 1) != 1:
                     self._stale = True
                     raise BackendRuntimeError("the MLX prompt cache could not be trimmed")
                 self._n_kv -= 1
-                self._pending = self._history[-1]
+                self._pending = self._sequence[-1]
         self._logits = self._y = None
-        eog = self._loaded.eog
-        stop_at_eog = not self.config.ignore_eos
-        draft_length = self.config.draft_length
         # as _decode: when the stream surely ends with this step, its last token is not fed
-        ends = max_tokens >= self.config.max_tokens - self._generated or \
-            len(self._history) + max_tokens >= self.context_size
-        seq = list(self._history)
-        out: list[int] = []
-        drafted = accepted = 0
+        ends = self._stream_ends_with(max_tokens)
+        made = 0  # tokens this step produced so far
 
-        def is_end(tok: int) -> bool:
-            return stop_at_eog and tok in eog
+        def feed_ahead(y: Any) -> int:
+            """One token decoded the way the plain path does: fed before waiting for it."""
+            nonlocal ahead
+            if ends and made + 1 == max_tokens:
+                ahead = None
+                tok: int = y.item()
+                self._pending = tok
+            else:
+                ahead = _greedy(model(y[None], cache=cache)[:, -1, :])
+                self._n_kv += 1
+                mx.async_eval(ahead)  # type: ignore[no-untyped-call,unused-ignore]
+                tok = y.item()
+            if not self._n_kv & 255:
+                mx.clear_cache()  # as generate_step, every 256 tokens
+            return tok
 
-        while len(out) < max_tokens:
-            if out and cancel.is_set():
-                self._raise_if_cancelled()
-            k = min(draft_length, max_tokens - len(out) - 1)
-            drafts = drafter.propose(seq, k) if k > 0 else []
+        def verify(_seq: Sequence[int], drafts: list[int]) -> tuple[list[int], int]:
+            nonlocal ahead, made
             start = self._n_kv
             pending = self._pending
             try:
-                with mx.stream(_STREAM):
+                with mx.stream(COMPUTE_STREAM):
                     if ahead is None:  # feed the pending token (with the drafts, if any)
                         logits = model(mx.array([pending, *drafts], dtype=mx.uint32)[None],
                                        cache=cache)
@@ -470,35 +316,21 @@ class MLXSession(Session):
                     else:
                         targets = ahead
                         last = start - 1
-                    if not drafts:  # one token, fed ahead before waiting for it (as _decode)
-                        y = targets[-1:]
-                        if ends and len(out) + 1 == max_tokens:
-                            ahead = None
-                            tok = y.item()
-                            self._pending = tok
-                        else:
-                            ahead = _greedy(model(y[None], cache=cache)[:, -1, :])
-                            self._n_kv += 1
-                            mx.async_eval(ahead)  # type: ignore[no-untyped-call,unused-ignore]
-                            tok = y.item()
-                        out.append(tok)
-                        seq.append(tok)
-                        if not self._n_kv & 255:
-                            mx.clear_cache()  # as generate_step, every 256 tokens
-                        if is_end(tok):
-                            break
-                        continue
+                    if not drafts:
+                        tok = feed_ahead(targets[-1:])
+                        made += 1
+                        return [tok], 0
                     verdict = cast(list[int], targets.tolist())
             except BaseException:
                 self._rollback(start)
                 self._pending = pending
-                if out:  # tokens this step made are in the cache, not in the history
+                if made:  # tokens this step made are in the cache, not in the history
                     self._stale = True
                 raise
-            produced, n_ok = accept_greedy(drafts, verdict.__getitem__, is_end)
+            produced, n_ok = accept_greedy(drafts, verdict.__getitem__, self._ends_generation)
             keep = last + len(produced)  # up to the last accepted draft; produced[-1] pends
             extra = self._n_kv - keep  # the rejected drafts (and a fed end token)
-            if extra and _trim(cache, extra) != extra:
+            if extra and trim(cache, extra) != extra:
                 self._stale = True
                 raise BackendRuntimeError("the MLX prompt cache could not be trimmed")
             if keep >> 8 != start >> 8:
@@ -506,19 +338,15 @@ class MLXSession(Session):
             self._n_kv = keep
             self._pending = produced[-1]
             ahead = None
-            out.extend(produced)
-            seq.extend(produced)
-            drafted += len(drafts)
-            accepted += n_ok
-            if is_end(produced[-1]):
-                break
+            made += len(produced)
+            return produced, n_ok
+
+        out = self._speculate(max_tokens, verify)
         if ahead is not None:  # the plain path's state: the whole sequence cached, next queued
             self._y = ahead
-        return Decoded(out, drafted, accepted)
+        return out
 
     def _reset(self) -> None:
-        if self._drafter is not None:
-            self._drafter.truncate(0)
         self._cache = make_prompt_cache(self._model)
         self._n_kv = 0
         self._pending = self._ahead = None
@@ -527,8 +355,6 @@ class MLXSession(Session):
         self._seed()
 
     def _truncate(self, n_keep: int) -> bool:
-        if self._drafter is not None:
-            self._drafter.truncate(n_keep)
         self._undo_ahead()
         if self._stale:
             return False
@@ -536,7 +362,7 @@ class MLXSession(Session):
         if drop > 0:
             if not can_trim_prompt_cache(self._cache):
                 return False
-            if _trim(self._cache, drop) != drop:
+            if trim(self._cache, drop) != drop:
                 return False
             self._n_kv = n_keep
             self._pending = None
@@ -551,34 +377,33 @@ class MLXSession(Session):
     def _token_bytes(self, token_id: int) -> bytes:
         return self._loaded.tokenizer.piece(token_id)
 
-    def _tokenize(self, text: str, add_special: bool) -> list[int]:
-        return self._loaded.tokenizer.encode(text, add_special=add_special)
+    def _tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
+        return self._loaded.tokenizer.encode(text, add_special=add_special,
+                                             parse_special=parse_special)
 
     # ------------------------------------------------------------------ slots
-
-    def _slot_identity(self) -> tuple[str, str]:
-        return self._loaded.fingerprint, RUNTIME
 
     def _save_state(self) -> bytes:
         """mlx-lm's prompt-cache safetensors file, plus the logits of the last token."""
         self._undo_ahead()
         if self._pending is not None and not self._stale:  # feed the stream's last token
-            with mx.stream(_STREAM):
+            with mx.stream(COMPUTE_STREAM):
                 out = self._model(mx.array([self._pending], dtype=mx.uint32)[None],
                                   cache=self._cache)
                 self._n_kv += 1
                 self._pending = None
                 self._logits = out[:, -1, :]
                 mx.eval(self._logits)
-        if self._stale or self._n_kv != len(self._history):
+        history = self._sequence
+        if self._stale or self._n_kv != len(history):
             raise SlotError("the MLX prompt cache does not match the history (interrupted "
                             "call); reset() or prefill again before saving")
         if self._logits is None:  # after reset_keep: recompute the last token's logits
             if not can_trim_prompt_cache(self._cache):
                 raise SlotError("this model's cache cannot be trimmed; prefill before saving")
-            with mx.stream(_STREAM):
-                _trim(self._cache, 1)
-                out = self._model(mx.array(self._history[-1:], dtype=mx.uint32)[None],
+            with mx.stream(COMPUTE_STREAM):
+                trim(self._cache, 1)
+                out = self._model(mx.array(list(history[-1:]), dtype=mx.uint32)[None],
                                   cache=self._cache)
                 self._logits = out[:, -1, :]
                 mx.eval(self._logits)
@@ -620,27 +445,22 @@ class MLXSession(Session):
                                             for a, b in zip(cache, fresh, strict=True)):
             raise SlotError("the saved prompt cache does not fit this model's layers")
         offsets = {getattr(c, "offset", n_kv) for c in cache}
-        if offsets != {n_kv} or tuple(logits.shape) != (1, self._loaded.vocab_size):
+        if offsets != {n_kv} or tuple(logits.shape) != (1, self.vocab_size):
             raise SlotError("the saved prompt cache does not match its token history")
-        if self._drafter is not None:
-            self._drafter.truncate(0)
         self._cache = cache
         self._n_kv = n_kv
         self._pending = self._ahead = None
         self._stale = False
         self._seed()
-        with mx.stream(_STREAM):
+        with mx.stream(COMPUTE_STREAM):
             self._launch(logits, self._tail(tokens) if self._processors else None)
             mx.eval(self._y)
 
     # ------------------------------------------------------------------ teardown
 
     def _close(self) -> None:
-        if self._drafter is not None:
-            self._drafter.close()
-            self._drafter = None
         self._cache = []
         self._logits = self._y = None
 
 
-__all__ = ["RUNTIME", "LoadedMLX", "MLXSession", "load_weights", "open_session"]
+__all__ = ["MLXSession"]

@@ -2,7 +2,12 @@
 
 The base class has already checked every argument when a hook runs (token ids against
 ``vocab_size``, room in the context window, call order, a closed or busy session) and holds
-the consumer lock; the hooks only translate to the runtime.
+the consumer lock; the hooks only translate to the runtime. What the model *is* (vocabulary,
+end token, BOS, chat template, the file slots are fingerprinted by) is data, a
+:class:`~eliza_backends.ModelInfo` made once at load and handed to ``Session.__init__``.
+
+The session uses only hooks (the ``_`` methods it defines) and helpers of the base class
+(``_raise_if_cancelled``); the base class's internals are out of its reach.
 """
 
 from __future__ import annotations
@@ -17,24 +22,26 @@ from eliza_backends import (
     Capabilities,
     Decoded,
     InferenceContext,
+    ModelInfo,
     Session,
     SlotError,
     StreamConfig,
 )
-from eliza_backends.slots import fingerprint_artifact
 
 BOS, EOS = 256, 257  # token ids 0..255 are the bytes
 VOCAB = 258
 RUNTIME = "eliza-echo 0.1.0"  # written into slot files: state is not portable across versions
+TEMPLATE = ("{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+            "{% if add_generation_prompt %}[assistant] {% endif %}")
 
 
 @dataclass(frozen=True)
 class EchoModel:
-    """The loaded "weights": the period, and the file's fingerprint for slot files."""
+    """The loaded "weights": the period, and the facts sessions on it share."""
 
     path: Path
     period: int
-    fingerprint: str
+    info: ModelInfo
 
     def next_token(self, history: list[int]) -> int:
         """The forward pass: the token ``period`` positions back, EOS if there is none."""
@@ -53,7 +60,9 @@ def load_model(path: Path) -> EchoModel:
                           'must hold JSON like {"period": 12}') from None
     if not isinstance(period, int) or isinstance(period, bool) or not 1 <= period <= 4096:
         raise BundleError(f"{path}: period must be an int in 1..4096, got {period!r}")
-    return EchoModel(path, period, fingerprint_artifact(path))
+    info = ModelInfo(vocab_size=VOCAB, eog_token_ids=frozenset({EOS}), bos_token_id=BOS,
+                     chat_template=TEMPLATE, artifact=path, runtime=RUNTIME)
+    return EchoModel(path, period, info)
 
 
 class EchoSession(Session):
@@ -66,36 +75,15 @@ class EchoSession(Session):
         self._model = model
         self._delay = delay
         self._kv: list[int] = []
-        super().__init__(config, context)  # last: it registers the session with the context
-
-    # ------------------------------------------------------------ what the model is
-
-    @property
-    def vocab_size(self) -> int:
-        return VOCAB
-
-    @property
-    def context_size(self) -> int:
-        return self.config.context_size  # a real runtime reports what it actually allocated
-
-    @property
-    def eog_token_ids(self) -> frozenset[int]:
-        return frozenset({EOS})
-
-    @property
-    def bos_token_id(self) -> int | None:
-        return BOS
+        # last: it registers the session with the context. A real runtime passes the
+        # context_size it actually allocated (the default is config.context_size).
+        super().__init__(config, context, model.info)
 
     @property
     def capabilities(self) -> Capabilities:
         # honest: no sampler (greedy only), no speculative drafter; everything else works
         return Capabilities(token_input=True, prefix_reuse=True, slots=True,
                             cancel_prefill=True, sampling=False)
-
-    @property
-    def chat_template(self) -> str | None:
-        return ("{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
-                "{% if add_generation_prompt %}[assistant] {% endif %}")
 
     # ------------------------------------------------------------ the hooks
 
@@ -128,11 +116,9 @@ class EchoSession(Session):
     def _token_bytes(self, token_id: int) -> bytes:
         return bytes([token_id]) if token_id < 256 else b""  # specials add no text
 
-    def _tokenize(self, text: str, add_special: bool) -> list[int]:
+    def _tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
+        # no text spells BOS or EOS here, so parse_special changes nothing
         return ([BOS] if add_special else []) + list(text.encode("utf-8"))
-
-    def _slot_identity(self) -> tuple[str, str]:
-        return self._model.fingerprint, RUNTIME
 
     def _save_state(self) -> bytes:
         return json.dumps(self._kv).encode("utf-8")

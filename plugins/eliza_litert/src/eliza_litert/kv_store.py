@@ -1,0 +1,102 @@
+"""The token-exact session's KV cache, held one of two ways (chosen by the ``runtime`` option):
+
+* :class:`NumpyKV`: numpy arrays passed into and out of each Interpreter signature call;
+* :class:`BufferKV`: LiteRT TensorBuffers owned by the session, updated in place by the
+  CompiledModel (each buffer is both input and output): no copy of the cache per call.
+
+Both run one signature call per method, holding the model's lock (the runtime is shared).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .model import LoadedModel
+
+
+class NumpyKV:
+    """The KV cache as numpy arrays passed into and out of each Interpreter call."""
+
+    def __init__(self, model: LoadedModel) -> None:
+        self.model = model
+        self.cache = {k: np.zeros(shape, dtype=dt) for k, (shape, dt) in
+                      model.cache_specs.items()}
+
+    def prefill(self, size: int, tokens: Any, positions: Any, mask: Any) -> None:
+        with self.model.lock:
+            self.cache = self.model.prefill[size](tokens=tokens, input_pos=positions, mask=mask,
+                                                  **self.cache)
+
+    def decode(self, tokens: Any, positions: Any, mask: Any) -> Any:
+        with self.model.lock:
+            out = self.model.decode(tokens=tokens, input_pos=positions, mask=mask, **self.cache)
+        logits = out.pop("logits")[0, -1]
+        self.cache = out
+        return logits
+
+    def arrays(self) -> dict[str, Any]:
+        return self.cache
+
+    def load(self, arrays: dict[str, Any]) -> None:
+        self.cache = arrays
+
+    def close(self) -> None:
+        self.cache = {}
+
+
+class BufferKV:
+    """The KV cache in LiteRT TensorBuffers owned by the session, updated in place by the
+    CompiledModel (each buffer is both input and output): no copy of the cache per call."""
+
+    def __init__(self, model: LoadedModel) -> None:
+        self.model = model
+        cm = model.interpreter
+        self.kv = {}
+        for name, (shape, dt) in model.cache_specs.items():
+            buf = cm.create_input_buffer_by_name("decode", name)
+            buf.write(np.zeros(shape, dtype=dt))  # fresh memory may hold NaNs the mask can't hide
+            self.kv[name] = buf
+        self.small: dict[tuple[str, str], Any] = {}
+        self.logits = cm.create_output_buffer_by_name("decode", "logits")
+
+    def _inputs(self, sig: str, tokens: Any, positions: Any, mask: Any) -> dict[str, Any]:
+        cm = self.model.interpreter
+        ins = {}
+        for name, value in (("tokens", tokens), ("input_pos", positions), ("mask", mask)):
+            buf = self.small.get((sig, name))
+            if buf is None:
+                buf = self.small[(sig, name)] = cm.create_input_buffer_by_name(sig, name)
+            buf.write(np.ascontiguousarray(value))
+            ins[name] = buf
+        return {**ins, **self.kv}
+
+    def prefill(self, size: int, tokens: Any, positions: Any, mask: Any) -> None:
+        sig = self.model.prefill[size]
+        with self.model.lock:
+            self.model.interpreter.run_by_name(sig, self._inputs(sig, tokens, positions, mask),
+                                               dict(self.kv))
+
+    def decode(self, tokens: Any, positions: Any, mask: Any) -> Any:
+        with self.model.lock:
+            self.model.interpreter.run_by_name(
+                "decode", self._inputs("decode", tokens, positions, mask),
+                {"logits": self.logits, **self.kv})
+            return self.logits.read(self.model.info.vocab_size, np.float32)
+
+    def arrays(self) -> dict[str, Any]:
+        out = {}
+        for name, (shape, dt) in self.model.cache_specs.items():
+            out[name] = self.kv[name].read(int(np.prod(shape)), dt).reshape(shape)
+        return out
+
+    def load(self, arrays: dict[str, Any]) -> None:
+        for name, value in arrays.items():
+            self.kv[name].write(np.ascontiguousarray(value))
+
+    def close(self) -> None:
+        self.kv, self.small = {}, {}
+
+
+__all__ = ["BufferKV", "NumpyKV"]

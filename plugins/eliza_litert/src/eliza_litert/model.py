@@ -1,0 +1,189 @@
+"""The LiteRT token-exact model: a litert-torch export loaded once per inference context.
+
+:func:`load_model` checks the artifact (``.litertlm`` container or bare ``.tflite``), finds its
+tokenizer, reads the signatures (``prefill_<N>`` / ``decode``) and the KV cache layout, and
+builds ai-edge-litert's Interpreter (or CompiledModel). The facts about the model become a
+:class:`~eliza_backends.ModelInfo`. The interpreter is not thread-safe: every invoke holds
+:attr:`LoadedModel.lock`.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from ai_edge_litert.interpreter import Interpreter  # type: ignore[import-untyped]
+
+from eliza_backends import BundleError, InferenceContext, ModelInfo
+from eliza_backends.hf_tokenizer import HFTokenizer, find_hf_tokenizer, tokenizer_facts
+
+from .container import LlmMetadata, check_tflite, read_container
+
+RUNTIME = f"ai-edge-litert {importlib.metadata.version('ai-edge-litert')}"
+
+
+@dataclass
+class LoadedModel:
+    """One interpreter and what the session needs to know about the model, shared by sessions."""
+
+    path: Path
+    runtime: str  # "interpreter" | "compiled"
+    interpreter: Any  # ai-edge-litert Interpreter, or CompiledModel for runtime "compiled"
+    prefill: dict[int, Any]  # exported prefill length -> signature runner (or signature name)
+    decode: Any
+    cache_specs: dict[str, tuple[tuple[int, ...], Any]]
+    cache_len: int
+    tokenizer: HFTokenizer
+    info: ModelInfo
+    masks: Any  # [cache_len, cache_len] float32 causal rows
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _find_tokenizer(path: Path, container_json: str | None) -> tuple[HFTokenizer, Path | None]:
+    """The tokenizer and the folder of its Hugging Face files (None when embedded)."""
+    if container_json is not None:
+        return HFTokenizer(container_json), None
+    sibling = path.parent / f"{path.stem}.litertlm"
+    if path.suffix == ".tflite" and sibling.is_file():
+        found = read_container(sibling).hf_tokenizer_json()
+        if found is not None:
+            return HFTokenizer(found), None
+    file = find_hf_tokenizer(path)
+    if file is not None:
+        return HFTokenizer.from_file(file), file.parent
+    raise BundleError(f"no tokenizer for {path}: the .litertlm has no HF_Tokenizer_Zlib section "
+                      f"and neither {path.stem}.litertlm, {path.stem}.tokenizer.json, "
+                      "tokenizer.json nor a folder with one is beside it in text/")
+
+
+def _model_info(path: Path, tok: HFTokenizer, folder: Path | None, meta: LlmMetadata,
+                vocab: int) -> ModelInfo:
+    """The container's start/stop tokens and template win; a bare .tflite takes the
+    tokenizer's own facts (:func:`~eliza_backends.hf_tokenizer.tokenizer_facts`)."""
+    facts = tokenizer_facts(tok, folder, vocab)
+    bos: int | None = meta.start_token_ids[0] if meta.start_token_ids else None
+    if bos is None and meta.start_token_str:
+        bos = tok.token_id(meta.start_token_str)
+    eog = {ids[0] for ids in meta.stop_token_ids if len(ids) == 1}
+    eog |= {tid for text in meta.stop_token_strs if (tid := tok.token_id(text)) is not None}
+    if not meta.stop_token_ids and not meta.stop_token_strs:  # a bare .tflite
+        eog |= facts.eog
+        bos = facts.bos if bos is None else bos
+    return ModelInfo(
+        vocab_size=vocab, eog_token_ids=frozenset(eog), bos_token_id=bos,
+        chat_template=meta.jinja_prompt_template or facts.chat_template,
+        template_tokens=facts.template_tokens or tok.template_tokens(bos, frozenset(eog)),
+        artifact=path, runtime=RUNTIME, control_tokens=tok.control_texts)
+
+
+def _load_runtime(path: Path, model_bytes: bytes | None, runtime: str, threads: int,
+                  accelerator: str) -> tuple[Any, dict[int, Any], Any, dict[str, Any],
+                                             dict[str, Any]]:
+    """(runtime object, prefill per length, decode, decode inputs, decode outputs); the
+    input/output details map names to ``{"shape": ..., "dtype": ...}``."""
+    if runtime == "compiled":
+        from ai_edge_litert.compiled_model import CompiledModel  # type: ignore[import-untyped]
+        from ai_edge_litert.hardware_accelerator import (  # type: ignore[import-untyped]
+            HardwareAccelerator,
+        )
+        from ai_edge_litert.options import CpuOptions, Options  # type: ignore[import-untyped]
+
+        accel = HardwareAccelerator.CPU
+        if accelerator == "gpu":
+            accel = HardwareAccelerator.GPU | HardwareAccelerator.CPU
+        elif accelerator == "npu":
+            accel = HardwareAccelerator.NPU | HardwareAccelerator.CPU
+        opts = Options(hardware_accelerators=accel, cpu_options=CpuOptions(num_threads=threads))
+        data = model_bytes if model_bytes is not None else path.read_bytes()
+        cm = CompiledModel.from_buffer(data, options=opts)
+        sigs = list(cm.get_signature_list())
+        prefill = {int(n[8:]): n for n in sigs if n.startswith("prefill_") and n[8:].isdigit()}
+        if not prefill or "decode" not in sigs:
+            return cm, prefill, None, {}, {}
+        return (cm, prefill, "decode", cm.get_input_tensor_details("decode"),
+                cm.get_output_tensor_details("decode"))
+    if model_bytes is not None:
+        it = Interpreter(model_content=model_bytes, num_threads=threads)
+    else:
+        it = Interpreter(model_path=str(path), num_threads=threads)
+    sigs = list(it.get_signature_list())
+    prefill = {int(n[8:]): it.get_signature_runner(n) for n in sigs
+               if n.startswith("prefill_") and n[8:].isdigit()}
+    if not prefill or "decode" not in sigs:
+        return it, prefill, None, {}, {}
+    decode = it.get_signature_runner("decode")
+    return it, prefill, decode, decode.get_input_details(), decode.get_output_details()
+
+
+def load_model(path: Path, threads: int, runtime: str = "interpreter",
+               accelerator: str = "cpu") -> LoadedModel:
+    """Check the artifact, extract the TFLite model and tokenizer, build the interpreter (or
+    the compiled model)."""
+    meta = LlmMetadata()
+    container_json: str | None = None
+    if path.suffix.lower() == ".litertlm":
+        container = read_container(path)
+        model_bytes: bytes | None = container.tflite_model()
+        container_json = container.hf_tokenizer_json()
+        meta = container.llm_metadata()
+    else:
+        check_tflite(path)
+        model_bytes = None
+    try:
+        tok, folder = _find_tokenizer(path, container_json)
+    except BundleError:
+        if path.suffix.lower() == ".litertlm" and container.find("SP_Tokenizer") is not None:
+            raise BundleError(f"{path} carries a SentencePiece tokenizer; this backend reads "
+                              "HF tokenizer.json (HF_Tokenizer_Zlib) only: put a tokenizer.json "
+                              "beside it or rebuild the container with the HF tokenizer") \
+                from None
+        raise
+    try:
+        it, prefill, decode, inputs, outputs = _load_runtime(path, model_bytes, runtime,
+                                                             threads, accelerator)
+    except (ValueError, RuntimeError) as exc:
+        raise BundleError(f"ai-edge-litert cannot load {path}: {exc}") from None
+    if not prefill or decode is None:
+        raise BundleError(f"{path} has no prefill_<N>/decode signatures; export it with "
+                          "litert-torch's generative exporter")
+    need = {"tokens", "input_pos", "mask"}
+    if not need <= set(inputs) or "logits" not in outputs:
+        raise BundleError(f"{path}: the decode signature lacks {sorted(need)} inputs or a "
+                          "logits output; this backend serves litert-torch exports")
+    cache_specs = {k: (tuple(int(d) for d in v["shape"]), np.dtype(v["dtype"]))
+                   for k, v in inputs.items() if k.startswith("kv_cache_")}
+    cache_len = int(inputs["mask"]["shape"][-1])
+    vocab = int(outputs["logits"]["shape"][-1])
+    if tok.vocab_size > vocab:
+        raise BundleError(f"{path}: the tokenizer has {tok.vocab_size} ids but the model's "
+                          f"logits have {vocab}; the tokenizer belongs to another model")
+    keys = np.arange(cache_len)
+    masks = np.where(keys[None, :] <= keys[:, None], 0.0,
+                     np.finfo(np.float32).min).astype(np.float32)
+    return LoadedModel(path=path, runtime=runtime, interpreter=it, prefill=prefill,
+                       decode=decode, cache_specs=cache_specs, cache_len=cache_len,
+                       tokenizer=tok, info=_model_info(path, tok, folder, meta, vocab),
+                       masks=masks)
+
+
+def default_threads() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def shared_model(context: InferenceContext, path: Path, threads: int, runtime: str,
+                 accelerator: str) -> LoadedModel:
+    """The model of ``path`` on ``context``: loaded on first use, then shared."""
+    key = ("litert-lm", runtime, str(path), threads, accelerator)
+    return context.shared(key, lambda: load_model(path, threads, runtime, accelerator))
+
+
+__all__ = ["RUNTIME", "LoadedModel", "default_threads", "load_model", "shared_model"]

@@ -1,0 +1,214 @@
+"""llama.cpp weights: loading a GGUF once per inference context, and the facts about it.
+
+Both the session and the draft-model drafter import this module (never each other): it owns
+llama.cpp's process-wide setup (backend init, log routing), :func:`load_model` /
+:func:`shared_model`, and the context and batch construction both need.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import llama_cpp as lc
+
+from eliza_backends import (
+    BackendRuntimeError,
+    BundleError,
+    InferenceContext,
+    ModelInfo,
+    SessionClosedError,
+    StreamConfig,
+)
+
+from . import LlamaCppOptions
+from .gguf_header import check_gguf
+
+log = logging.getLogger("eliza_llamacpp.native")
+if log.level == logging.NOTSET:  # llama.cpp is chatty: errors only, unless the app says otherwise
+    log.setLevel(logging.ERROR)
+RUNTIME = f"llama-cpp-python {lc.__version__}"
+# ggml_log_level: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5 (continues the last line)
+_LOG_LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
+_last_level = [logging.DEBUG]
+#: Token attributes ``llama_tokenize`` matches in text only when ``parse_special`` is on.
+_PARSED_SPECIAL = lc.LLAMA_TOKEN_ATTR_CONTROL | lc.LLAMA_TOKEN_ATTR_UNKNOWN
+
+
+@lc.llama_log_callback  # type: ignore[untyped-decorator]
+def _log_to_logging(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+    """Route llama.cpp's log lines into :mod:`logging` instead of raw stderr."""
+    py_level = _last_level[0] if level == 5 else _LOG_LEVELS.get(level, logging.DEBUG)
+    _last_level[0] = py_level
+    if log.isEnabledFor(py_level):
+        log.log(py_level, "%s", text.decode("utf-8", "replace").rstrip())
+
+
+_init_lock = threading.Lock()
+_initialised = False
+
+
+def _init_backend() -> None:
+    global _initialised
+    with _init_lock:
+        if not _initialised:
+            lc.llama_log_set(_log_to_logging, ctypes.c_void_p(0))
+            lc.llama_backend_init()
+            _initialised = True
+
+
+@dataclass
+class LoadedModel:
+    """Weights loaded once per (context, file, load options) and shared by sessions."""
+
+    path: Path
+    ptr: Any
+    vocab: Any
+    _pieces: list[bytes | None]
+    info: ModelInfo = field(init=False)
+    freed: bool = False
+
+    def piece(self, token: int) -> bytes:
+        """The bytes token ``token`` adds to output text (control tokens add none)."""
+        cached = self._pieces[token]
+        if cached is None:
+            buf = ctypes.create_string_buffer(64)
+            n = lc.llama_token_to_piece(self.vocab, token, buf, 64, 0, False)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = lc.llama_token_to_piece(self.vocab, token, buf, -n, 0, False)
+            cached = self._pieces[token] = buf.raw[:n]
+        return cached
+
+    def control_texts(self) -> frozenset[str]:
+        """Texts of the tokens ``llama_tokenize`` parses only with ``parse_special`` (a scan
+        of the vocabulary, run once on demand: see :attr:`ModelInfo.control_texts`)."""
+        if self.freed:
+            raise SessionClosedError(f"the weights of {self.path.name} were freed")
+        vocab, n_vocab = self.vocab, len(self._pieces)
+        return frozenset(
+            lc.llama_vocab_get_text(vocab, t).decode("utf-8", "replace") for t in range(n_vocab)
+            if lc.llama_vocab_get_attr(vocab, t) & _PARSED_SPECIAL)
+
+
+def load_model(path: Path, options: LlamaCppOptions) -> LoadedModel:
+    """Check the GGUF header, then load it with llama.cpp."""
+    check_gguf(path)
+    _init_backend()
+    params = lc.llama_model_default_params()
+    params.n_gpu_layers = options.n_gpu_layers
+    if options.use_mmap is not None:
+        params.load_mode = lc.LLAMA_LOAD_MODE_MMAP if options.use_mmap else \
+            lc.LLAMA_LOAD_MODE_NONE
+    params.use_extra_bufts = use_extra_buffers(options)
+    ptr = lc.llama_model_load_from_file(str(path).encode(), params)
+    if not ptr:
+        raise BundleError(f"llama.cpp could not load {path} (unsupported architecture or "
+                          "corrupted tensors; enable logging for 'eliza_llamacpp.native')")
+    vocab = lc.llama_model_get_vocab(ptr)
+    n_vocab = lc.llama_vocab_n_tokens(vocab)
+    eog = frozenset(t for t in range(n_vocab) if lc.llama_vocab_is_eog(vocab, t))
+    bos = lc.llama_vocab_bos(vocab)
+    eos = lc.llama_vocab_eos(vocab)
+    template = lc.llama_model_chat_template(ptr, None)
+    template_tokens = {
+        key: lc.llama_vocab_get_text(vocab, tok).decode("utf-8", "replace")
+        for key, tok in (("bos_token", bos), ("eos_token", eos)) if 0 <= tok < n_vocab}
+    add_bos = bool(lc.llama_vocab_get_add_bos(vocab))
+    model = LoadedModel(path=path, ptr=ptr, vocab=vocab, _pieces=[None] * n_vocab)
+    model.info = ModelInfo(
+        vocab_size=n_vocab, eog_token_ids=eog,
+        bos_token_id=bos if add_bos and bos >= 0 else None,
+        chat_template=template.decode("utf-8") if template else None,
+        template_tokens=template_tokens, artifact=path, runtime=RUNTIME,
+        control_tokens=model.control_texts)
+    return model
+
+
+def host_has_amx() -> bool:
+    """True on x86 CPUs that report AMX (read from /proc/cpuinfo; False where unreadable)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            return any(line.startswith("flags") and " amx_int8" in line for line in f)
+    except OSError:
+        return False
+
+
+def use_extra_buffers(options: LlamaCppOptions) -> bool:
+    """The ``extra_buffers`` option, resolved for this host (see LlamaCppOptions)."""
+    return options.extra_buffers if options.extra_buffers is not None else not host_has_amx()
+
+
+def free_model(model: LoadedModel) -> None:
+    """Release the weights (the context calls this after its sessions are closed)."""
+    model.freed = True
+    lc.llama_model_free(model.ptr)
+
+
+def shared_model(context: InferenceContext, path: Path, options: LlamaCppOptions) -> LoadedModel:
+    """The weights of ``path`` on ``context``: loaded on first use, then shared."""
+    key = ("llama.cpp", str(path), options.n_gpu_layers, options.use_mmap,
+           use_extra_buffers(options))
+    return context.shared(key, lambda: load_model(path, options), free_model)
+
+
+def default_threads() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def new_context(model: LoadedModel, config: StreamConfig, n_ubatch: int | None,
+                what: str) -> Any:
+    """A ``llama_context`` on ``model`` for one sequence, sized by ``config``."""
+    threads = config.threads or default_threads()
+    params = lc.llama_context_default_params()
+    params.n_ctx = config.context_size
+    params.n_batch = config.batch_size
+    params.n_ubatch = min(n_ubatch or config.batch_size, config.batch_size)
+    params.n_seq_max = 1
+    params.n_threads = params.n_threads_batch = threads
+    params.no_perf = True
+    ctx = lc.llama_init_from_model(model.ptr, params)
+    if not ctx:
+        raise BackendRuntimeError(
+            f"llama.cpp could not create {what} of {config.context_size} tokens; lower "
+            "context_size or batch_size")
+    return ctx
+
+
+def one_token_batch() -> Any:
+    """A ``llama_batch`` for one token of sequence 0 with its logits (set token and pos)."""
+    one = lc.llama_batch_init(1, 0, 1)
+    one.n_tokens = 1
+    one.n_seq_id[0] = 1
+    one.seq_id[0][0] = 0
+    one.logits[0] = 1
+    return one
+
+
+def fill_batch(batch: Any, tokens: list[int], start: int,
+               outputs: Literal["all", "last", "none"]) -> None:
+    """Put ``tokens`` at positions ``start..`` of sequence 0 into ``batch``, with logits for
+    ``outputs``: every position, the last one, or none."""
+    every = outputs == "all"
+    for i, tok in enumerate(tokens):
+        batch.token[i] = tok
+        batch.pos[i] = start + i
+        batch.n_seq_id[i] = 1
+        batch.seq_id[i][0] = 0
+        batch.logits[i] = every
+    if outputs == "last":
+        batch.logits[len(tokens) - 1] = 1
+    batch.n_tokens = len(tokens)
+
+
+__all__ = ["RUNTIME", "LoadedModel", "default_threads", "fill_batch", "free_model",
+           "load_model", "new_context", "one_token_batch", "shared_model", "use_extra_buffers"]
