@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
             s.prefill(prompt)
             s.next(1)
             ctx, smpl, one = s._ctx, s._sampler, s._one
-            pos, tok = s._kv.n_kv, s._kv.pending[0]
+            pos, tok = s._cursor.n_kv, s._cursor.pending[0]
             t0 = time.perf_counter()
             for _ in range(n - 1):
                 one.token[0] = tok
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
                 pos += 1
                 tok = lc.llama_sampler_sample(smpl, ctx, -1)
             dt = (time.perf_counter() - t0) / (n - 1)
-            s._kv.n_kv, s._kv.pending = pos, [tok]
+            s._cursor.n_kv, s._cursor.pending = pos, [tok]
             return dt
 
         runners = {"raw loop": raw, "seam next(1)": lambda: seam(1),

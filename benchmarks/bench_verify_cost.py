@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         s = stream.session
         ids = s.tokenize("The river ran past the old mill and the wheel turned all day. " * 8)
         s.prefill(ids[:200])
-        ctx, batch, base = s._ctx, s._batch, s._kv.n_kv  # type: ignore[attr-defined]
+        ctx, batch, base = s._ctx, s._batch, s._cursor.n_kv  # type: ignore[attr-defined]
         mem = lc.llama_get_memory(ctx)
         cost: dict[int, float] = {}
         for n in (1, 2, 3, 5, 9):

@@ -64,7 +64,7 @@ class LlamaCppSession(Session):
         self._one = one_token_batch()
         self._sampler = self._build_sampler(config)
         self._abort = lc.ggml_abort_callback(self._abort_requested)
-        self._kv = KVCursor()
+        self._cursor = KVCursor()
         super().__init__(config, context, model.info, context_size=lc.llama_n_ctx(ctx),
                          drafter=drafter)
 
@@ -100,7 +100,7 @@ class LlamaCppSession(Session):
         return self._cancel_requested()
 
     def _prefill(self, token_ids: list[int]) -> None:
-        kv = self._kv
+        kv = self._cursor
         tokens = kv.pending + token_ids
         start = kv.n_kv
         batch, cap = self._batch, self._n_batch
@@ -133,7 +133,7 @@ class LlamaCppSession(Session):
         if self._drafter is None:
             return self._decode_plain(max_tokens)
         draft_length = min(self.config.draft_length, self._n_batch - 1)
-        if self._kv.pending:
+        if self._cursor.pending:
             return self._speculate(max_tokens, self._verify, draft_length=draft_length)
         first = self._decode_plain(1)  # the first token after a prefill: its logits are ready
         if max_tokens == 1 or self._ends_generation(first.tokens[0]):
@@ -148,12 +148,12 @@ class LlamaCppSession(Session):
             tok: int = lc.llama_sampler_sample(smpl, ctx, -1)
             return tok
 
-        return Decoded(self._kv.decode(max_tokens, self._feed_pending, sample,
+        return Decoded(self._cursor.decode(max_tokens, self._feed_pending, sample,
                                        self._stop_tokens, self._raise_if_cancelled))
 
     def _feed_pending(self) -> None:
         """Decode the tokens the KV cache does not hold yet (usually the one sampled last)."""
-        kv, one = self._kv, self._one
+        kv, one = self._cursor, self._one
         if len(kv.pending) > 1:  # after restore_slot / reset_keep beyond the cache
             self._prefill([])
             return
@@ -168,7 +168,7 @@ class LlamaCppSession(Session):
     def _verify(self, seq: Sequence[int], drafts: list[int]) -> tuple[list[int], int]:
         """One batched decode over ``[pending, d1..dk]`` (logits for every position), the
         acceptance rule, then the KV cache rolled back past the rejected drafts."""
-        ctx, kv = self._ctx, self._kv
+        ctx, kv = self._ctx, self._cursor
         fill_batch(self._batch, [kv.pending[0], *drafts], kv.n_kv, "all")
         status = lc.llama_decode(ctx, self._batch)
         if status:
@@ -204,10 +204,10 @@ class LlamaCppSession(Session):
             self._spec_sampler.reset()
         lc.llama_memory_clear(self._mem, True)
         lc.llama_sampler_reset(self._sampler)
-        self._kv.reset()
+        self._cursor.reset()
 
     def _truncate(self, n_keep: int) -> bool:
-        if self._kv.truncate(self._sequence, n_keep) and \
+        if self._cursor.truncate(self._sequence, n_keep) and \
                 not lc.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
             return False
         lc.llama_sampler_reset(self._sampler)
@@ -238,7 +238,7 @@ class LlamaCppSession(Session):
         written = lc.llama_state_seq_get_data(self._ctx, buf, size, 0)
         if written == 0:
             raise SlotError("llama.cpp could not serialise the sequence state")
-        return struct.pack("<I", self._kv.n_kv) + bytes(buf[:written])
+        return struct.pack("<I", self._cursor.n_kv) + bytes(buf[:written])
 
     def _restore_state(self, payload: bytes, tokens: list[int]) -> None:
         if len(payload) < 4:
@@ -254,7 +254,7 @@ class LlamaCppSession(Session):
             raise SlotError("llama.cpp refused the saved state (a different context size or "
                             "model configuration?); prefill again")
         lc.llama_sampler_reset(self._sampler)
-        if self._kv.restore(tokens, n_kv):  # logits of the last token are not saved
+        if self._cursor.restore(tokens, n_kv):  # logits of the last token are not saved
             lc.llama_memory_seq_rm(self._mem, 0, n_kv - 1, -1)
 
     # ------------------------------------------------------------------ teardown
