@@ -6,6 +6,7 @@
     eliza-backends chat BUNDLE [--backend NAME] [--system TEXT]
     eliza-backends bench BUNDLE [--backend NAME]... [--prompt-tokens N] [--gen-tokens N]
                          [--repeat N] [--json]
+    eliza-backends serve BUNDLE [--host 127.0.0.1] [--port 8000] [--backend NAME] [--sessions N]
     eliza-backends bundle create OUT ARTIFACT... [--draft ARTIFACT] [--name NAME]
     eliza-backends bundle verify BUNDLE [--no-hash]
 
@@ -197,6 +198,26 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return EXIT_ERROR if report.errors and not report.runs else EXIT_OK
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from .server.serve import serve
+    except ImportError as exc:
+        print(f"error: the server needs its extra ({exc.name} is missing): "
+              "pip install 'eliza-backends[server]'", file=sys.stderr)
+        return EXIT_ERROR
+    from .config import StreamConfig
+
+    config = StreamConfig(**_config_from_args(args))
+    try:
+        return serve(args.bundle, host=args.host, port=args.port, backend=args.backend,
+                     sessions=args.sessions, queue=args.queue, config=config,
+                     model=args.model_name, grace=args.grace, log_format=args.log_format,
+                     log_level=args.log_level)
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+
+
 def cmd_bundle_create(args: argparse.Namespace) -> int:
     from .bundle import create_bundle
 
@@ -282,6 +303,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokens-per-step", type=int)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (needs the server extra)")
+    p.add_argument("bundle")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--port", type=int, default=8000, help="TCP port (0: any free one)")
+    p.add_argument("--backend", help="hard-select a backend (like ELIZA_LLM_BACKEND)")
+    p.add_argument("--sessions", type=int, default=1,
+                   help="concurrent generations over one model load")
+    p.add_argument("--queue", type=int, help="requests that may wait for a session before "
+                   "the server answers 429 (default: 4 per session)")
+    p.add_argument("--model-name", help="the model id clients send (default: the bundle's "
+                   "name)")
+    p.add_argument("--context-size", type=int)
+    p.add_argument("--threads", type=int, help="compute threads per session (default: the "
+                   "cores divided among the sessions)")
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--temperature", type=float, help="default when a request has none")
+    p.add_argument("--seed", type=int, help="default when a request has none")
+    p.add_argument("--option", action="append", metavar="BACKEND:KEY=VALUE")
+    p.add_argument("--grace", type=float, default=10.0, help="seconds running requests get "
+                   "to finish after Ctrl-C")
+    p.add_argument("--log-format", choices=["text", "json"], default="text")
+    p.add_argument("--log-level", default="info")
+    p.set_defaults(func=cmd_serve, stop=None)
 
     b = sub.add_parser("bundle", help="create or verify a model bundle")
     bsub = b.add_subparsers(dest="bundle_command", required=True)

@@ -109,30 +109,48 @@ class Stream:
         self.metrics.turns += 1
         return len(ids)
 
-    def prefill_messages(self, messages: Sequence[Mapping[str, Any]], *,
-                         add_generation_prompt: bool = True) -> int:
-        """Render chat ``messages`` with the model's template (or ``config.chat_template``)
-        and prefill them, reusing every token the session already holds: only the part of the
-        rendered conversation that differs from :attr:`Session.history` is prefilled (the rest
-        is kept with ``reset_keep``). Returns the number of tokens prefilled.
-
-        Pass the whole conversation each turn, including the assistant's earlier replies.
+    def chat_tokens(self, messages: Sequence[Mapping[str, Any]], *,
+                    add_generation_prompt: bool = True) -> list[int]:
+        """Render chat ``messages`` with the model's template (or ``config.chat_template``) and
+        tokenize the result (no BOS added: templates write their own). Prefills nothing.
         Message content is never read as control tokens: ``"<|end|>"`` in a message is text
-        (see :mod:`eliza_backends.chat_tokens`).
-        """
+        (see :mod:`eliza_backends.chat_tokens`)."""
         session = self.session
         template = self.config.chat_template or session.chat_template
         if not template:
             raise UnsupportedOperationError(
                 f"the model served by {self.backend} ships no chat template; pass one with "
                 "StreamConfig(chat_template=...) or prefill text yourself")
-        ids = chat_token_ids(session, template, messages,
-                             add_generation_prompt=add_generation_prompt)
-        history = session.history
-        keep = min(common_prefix(history, ids), len(ids) - 1)
-        if keep < len(history):
-            keep = session.reset_keep(keep)
+        return chat_token_ids(session, template, messages,
+                              add_generation_prompt=add_generation_prompt)
+
+    def prefill_reusing(self, token_ids: Sequence[int]) -> int:
+        """Make the session's sequence exactly ``token_ids``, ready to generate from, prefilling
+        only the tokens after the longest prefix it shares with :attr:`Session.history` (the
+        rest is kept with ``reset_keep``; at least the last token is prefilled, for its
+        logits). Returns the number of tokens prefilled.
+
+        The session is always rewound, so a turn starts from a freshly seeded sampler whatever
+        the session did before: the same ids and config give the same continuation."""
+        session = self.session
+        ids = list(token_ids)
+        if not ids:
+            raise InvalidArgumentError("prefill_reusing() needs at least one token id")
+        keep = session.reset_keep(min(common_prefix(session.history, ids), len(ids) - 1))
         return self.prefill(ids[keep:])
+
+    def prefill_messages(self, messages: Sequence[Mapping[str, Any]], *,
+                         add_generation_prompt: bool = True) -> int:
+        """Render chat ``messages`` with the model's template (or ``config.chat_template``)
+        and prefill them, reusing every token the session already holds: only the part of the
+        rendered conversation that differs from :attr:`Session.history` is prefilled (see
+        :meth:`prefill_reusing`). Returns the number of tokens prefilled.
+
+        Pass the whole conversation each turn, including the assistant's earlier replies.
+        Message content is never read as control tokens (see :meth:`chat_tokens`).
+        """
+        return self.prefill_reusing(
+            self.chat_tokens(messages, add_generation_prompt=add_generation_prompt))
 
     def next(self, max_tokens: int | None = None) -> Step:
         """One step: up to ``max_tokens`` tokens (default ``config.tokens_per_step``)."""

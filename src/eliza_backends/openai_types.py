@@ -1,0 +1,415 @@
+"""The OpenAI wire shapes: chat and text completion requests, responses, chunks, errors.
+
+Pydantic models of the subset of OpenAI's Chat Completions and (legacy) Completions API that
+:mod:`eliza_backends.completions` and the server speak. Requests are strict: an unknown field,
+a wrong type or a value out of range is an :class:`~eliza_backends.errors.InvalidArgumentError`
+naming the field. Fields that OpenAI defines but this project does not implement yet
+(``logprobs``, ``tools``, ``response_format`` other than text, penalties, ``logit_bias``) are
+declared, so :func:`unsupported_fields` can refuse them with a message instead of calling them
+unknown; the structured-output work fills them in.
+
+Responses carry exactly OpenAI's field names, so ``model_dump(exclude_none=True)`` is what goes
+on the wire. ``usage.prompt_tokens_details.cached_tokens`` reports the prompt tokens that a
+session already held (prefix reuse), as OpenAI does for its prompt cache.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .config import describe_validation_error
+from .errors import InvalidArgumentError
+
+#: OpenAI's finish reasons that this project produces.
+OpenAIFinishReason = Literal["stop", "length"]
+
+_STRICT = ConfigDict(extra="forbid")
+_OPEN = ConfigDict(extra="allow")
+
+
+# --------------------------------------------------------------------------- requests
+
+
+class TextPart(BaseModel):
+    """One ``{"type": "text", "text": ...}`` part of a message's content."""
+
+    model_config = _STRICT
+
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    """One chat message. ``content`` is text or a list of text parts (joined on use);
+    ``developer`` is OpenAI's newer name for ``system`` and is rendered as one."""
+
+    model_config = _STRICT
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+    def text(self) -> str:
+        """The content as one string."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+    def for_template(self) -> dict[str, Any]:
+        """The dict a chat template renders (``developer`` becomes ``system``)."""
+        out: dict[str, Any] = {"role": "system" if self.role == "developer" else self.role,
+                               "content": self.text()}
+        if self.name is not None:
+            out["name"] = self.name
+        return out
+
+
+class StreamOptions(BaseModel):
+    """``stream_options``: ``include_usage`` adds a last chunk with the usage and no
+    choices."""
+
+    model_config = _STRICT
+
+    include_usage: bool = False
+
+
+class GenerationRequest(BaseModel):
+    """What chat and text completion requests share: the model and the sampling fields.
+
+    ``max_tokens`` None means: until the end of generation or of the context window. ``seed``
+    None means the server's (or ``StreamConfig``'s) seed, so a repeated sampled request
+    repeats its answer. ``top_k``, ``min_p`` and ``repeat_penalty`` are extensions that
+    llama.cpp's server accepts too.
+    """
+
+    model_config = _STRICT
+
+    model: str | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    seed: int | None = Field(None, ge=0, lt=1 << 32)
+    stop: str | list[str] | None = None
+    n: int = Field(1, ge=1, le=16)
+    user: str | None = None
+    top_k: int | None = Field(None, ge=0)
+    min_p: float | None = Field(None, ge=0.0, le=1.0)
+    repeat_penalty: float | None = Field(None, gt=0.0, le=10.0)
+    # OpenAI fields that are not implemented yet: refused when set to anything but the default
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    logprobs: bool | int | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_strings(cls, value: str | list[str] | None) -> str | list[str] | None:
+        stops = [value] if isinstance(value, str) else value or []
+        if len(stops) > 4:
+            raise ValueError("at most 4 stop strings")
+        if any(not s for s in stops):
+            raise ValueError("stop strings must be non-empty")
+        return value
+
+    @property
+    def stop_strings(self) -> tuple[str, ...]:
+        """``stop`` as a tuple."""
+        if self.stop is None:
+            return ()
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+
+    @property
+    def include_usage(self) -> bool:
+        """Whether a streamed response ends with a usage chunk."""
+        return self.stream_options is not None and self.stream_options.include_usage
+
+
+class ChatCompletionRequest(GenerationRequest):
+    """``POST /v1/chat/completions``."""
+
+    messages: list[ChatMessage]
+    max_completion_tokens: int | None = Field(None, ge=1)
+    top_logprobs: int | None = None
+    response_format: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+
+    @field_validator("messages")
+    @classmethod
+    def _some_messages(cls, value: list[ChatMessage]) -> list[ChatMessage]:
+        if not value:
+            raise ValueError("send at least one message, e.g. [{\"role\": \"user\", "
+                             "\"content\": \"Hello\"}]")
+        return value
+
+    @property
+    def token_budget(self) -> int | None:
+        """``max_completion_tokens`` (OpenAI's newer name) or ``max_tokens``."""
+        return self.max_completion_tokens or self.max_tokens
+
+
+class CompletionRequest(GenerationRequest):
+    """``POST /v1/completions``: one prompt, as text or token ids."""
+
+    prompt: str | list[int] | list[str] = Field(min_length=1)
+    echo: bool = False
+    suffix: str | None = None
+    best_of: int | None = None
+
+    @field_validator("prompt")
+    @classmethod
+    def _one_prompt(cls, value: str | list[int] | list[str]) -> str | list[int] | list[str]:
+        if isinstance(value, list) and value and isinstance(value[0], str) and len(value) != 1:
+            raise ValueError("send one prompt per request (a list of several prompts is a "
+                             "batch, which this server does not take)")
+        return value
+
+    @property
+    def token_budget(self) -> int | None:
+        """``max_tokens``."""
+        return self.max_tokens
+
+
+def unsupported_fields(request: GenerationRequest) -> list[str]:
+    """The OpenAI features ``request`` asks for that this project does not implement yet,
+    one line each (empty: everything asked for is supported)."""
+    out = []
+    if request.frequency_penalty or request.presence_penalty:
+        out.append("frequency_penalty/presence_penalty are not supported; use repeat_penalty "
+                   "(1.0 disables, 1.1 is a common choice)")
+    if request.logit_bias:
+        out.append("logit_bias is not supported yet")
+    if request.logprobs:
+        out.append("logprobs are not supported yet")
+    if isinstance(request, ChatCompletionRequest):
+        if request.top_logprobs:
+            out.append("top_logprobs is not supported yet")
+        fmt = (request.response_format or {}).get("type", "text")
+        if fmt != "text":
+            out.append(f"response_format {fmt!r} is not supported yet (only 'text')")
+        if request.tools or request.tool_choice not in (None, "none"):
+            out.append("tools / tool_choice are not supported yet")
+        for i, m in enumerate(request.messages):
+            if m.tool_calls:
+                out.append(f"messages[{i}].tool_calls: tool calls are not supported yet")
+    if isinstance(request, CompletionRequest):
+        if request.echo:
+            out.append("echo is not supported")
+        if request.suffix:
+            out.append("suffix is not supported")
+        if request.best_of not in (None, 1):
+            out.append("best_of is not supported (send n requests)")
+    return out
+
+
+def parse_request(model: type[GenerationRequest], data: Any) -> Any:
+    """Validate a decoded JSON body as ``model``; every problem, and every unsupported feature,
+    in one :class:`InvalidArgumentError` (its ``param`` names the first offending field)."""
+    if not isinstance(data, dict):
+        raise RequestError("the request body must be a JSON object", param=None)
+    try:
+        request = model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]["loc"]
+        raise RequestError(describe_validation_error(exc, "request"),
+                           param=".".join(str(p) for p in first) or None) from None
+    problems = unsupported_fields(request)
+    if problems:
+        raise RequestError("; ".join(problems), param=None)
+    return request
+
+
+class RequestError(InvalidArgumentError):
+    """A request that does not validate; ``param`` is the field OpenAI's error body names."""
+
+    def __init__(self, message: str, *, param: str | None,
+                 error_code: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+        self.error_code = error_code
+
+
+# --------------------------------------------------------------------------- responses
+
+
+def completion_id(prefix: str) -> str:
+    """A fresh response id, e.g. ``chatcmpl-3f2a...``."""
+    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+
+
+def now() -> int:
+    """``created``: Unix time in seconds."""
+    return int(time.time())
+
+
+class PromptTokensDetails(BaseModel):
+    """``usage.prompt_tokens_details``: ``cached_tokens`` were already in the session."""
+
+    cached_tokens: int = 0
+
+
+class Usage(BaseModel):
+    """Token counts of one response (all choices)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: PromptTokensDetails = Field(default_factory=PromptTokensDetails)
+
+
+class AssistantMessage(BaseModel):
+    """The message of a chat choice."""
+
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class ChatChoice(BaseModel):
+    """One choice of a :class:`ChatCompletion`."""
+
+    index: int
+    message: AssistantMessage
+    finish_reason: OpenAIFinishReason
+    logprobs: None = None
+
+
+class ChatCompletion(BaseModel):
+    """A chat completion (``object="chat.completion"``)."""
+
+    model_config = _OPEN
+
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+    system_fingerprint: str | None = None
+
+
+class ChoiceDelta(BaseModel):
+    """What one chunk adds to a choice: the role (first chunk), then content."""
+
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+
+class ChunkChoice(BaseModel):
+    """One choice of a :class:`ChatCompletionChunk`."""
+
+    index: int
+    delta: ChoiceDelta
+    finish_reason: OpenAIFinishReason | None = None
+    logprobs: None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    """A streamed chunk (``object="chat.completion.chunk"``); the optional last one has no
+    choices and the usage."""
+
+    model_config = _OPEN
+
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: Usage | None = None
+    system_fingerprint: str | None = None
+
+
+class CompletionChoice(BaseModel):
+    """One choice of a :class:`Completion` (also a streamed text-completion chunk's)."""
+
+    index: int
+    text: str
+    finish_reason: OpenAIFinishReason | None = None
+    logprobs: None = None
+
+
+class Completion(BaseModel):
+    """A text completion (``object="text_completion"``); streamed chunks have the same shape
+    with ``finish_reason`` None until the last one of a choice."""
+
+    model_config = _OPEN
+
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage | None = None
+    system_fingerprint: str | None = None
+
+
+class ModelCard(BaseModel):
+    """One entry of ``GET /v1/models``."""
+
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "eliza-backends"
+
+
+class ModelList(BaseModel):
+    """``GET /v1/models``."""
+
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class ErrorDetail(BaseModel):
+    """OpenAI's error object: ``type`` is the class of error, ``code`` a machine-readable
+    reason (here the ``ELIZA_*`` symbol where the error came from the backend)."""
+
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    """The body of every error response: ``{"error": {...}}``."""
+
+    error: ErrorDetail
+
+
+__all__ = [
+    "AssistantMessage",
+    "ChatChoice",
+    "ChatCompletion",
+    "ChatCompletionChunk",
+    "ChatCompletionRequest",
+    "ChatMessage",
+    "ChoiceDelta",
+    "ChunkChoice",
+    "Completion",
+    "CompletionChoice",
+    "CompletionRequest",
+    "ErrorDetail",
+    "ErrorResponse",
+    "GenerationRequest",
+    "ModelCard",
+    "ModelList",
+    "OpenAIFinishReason",
+    "PromptTokensDetails",
+    "RequestError",
+    "StreamOptions",
+    "TextPart",
+    "Usage",
+    "completion_id",
+    "now",
+    "parse_request",
+    "unsupported_fields",
+]

@@ -1,0 +1,405 @@
+"""The OpenAI-compatible HTTP API, as a Starlette ASGI application over a :class:`SessionPool`.
+
+Routes: ``POST /v1/chat/completions`` and ``POST /v1/completions`` (JSON, or server-sent events
+with ``"stream": true``), ``GET /v1/models`` (and ``/v1/models/{id}``), ``GET /health``.
+
+Errors always have OpenAI's body, ``{"error": {"message", "type", "param", "code"}}``:
+
+=====  ==========================================================================
+400    a request that does not validate (unknown field, wrong type, empty messages,
+       ``max_tokens`` < 1, an unsupported feature), or that cannot fit the context
+       window (``code: context_length_exceeded``); ``code`` is the ``ELIZA_*``
+       symbol when the check was the backend's
+404    an unknown route, or a ``model`` this server does not serve (``model_not_found``)
+413    a body over the size limit
+429    every session busy and the wait queue full (``Retry-After`` says when to retry)
+500    a backend failure (``code``: its ``ELIZA_*`` symbol) or a bug; the server goes on
+503    shutting down
+=====  ==========================================================================
+
+A failure after a stream has started is sent as a last event ``data: {"error": {...}}``.
+A client that disconnects cancels its generation within one step; the session is rewound and
+returned to the pool. Every request is logged to ``eliza_backends.server.access`` with its
+fields in the record's ``access`` attribute (see :mod:`eliza_backends.server.serve`).
+
+:func:`create_app` only builds the app: the pool's lifecycle (``open`` / ``close``) belongs to
+whoever runs it (``eliza-backends serve``, or another ASGI host).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..chat import render_chat
+from ..completions import Generation, Responder, request_prompt, session_config, usage_of
+from ..errors import CancelledError, ContextFullError, ElizaError, UnsupportedOperationError
+from ..openai_types import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    ErrorDetail,
+    ErrorResponse,
+    ModelCard,
+    ModelList,
+    RequestError,
+    parse_request,
+)
+from ..stream import Stream
+from .pool import Lease, PoolClosedError, PoolFullError, SessionPool
+
+access_log = logging.getLogger("eliza_backends.server.access")
+error_log = logging.getLogger("eliza_backends.server")
+
+#: Largest request body accepted, in bytes.
+MAX_BODY = 8 << 20
+_LOG_KEY = "eliza.access"
+
+
+class ApiError(Exception):
+    """An error response: HTTP ``status`` and OpenAI's error fields."""
+
+    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.detail = ErrorDetail(message=message, type=type, param=param, code=code)
+        self.headers = headers
+
+    def body(self) -> dict[str, Any]:
+        """The JSON body."""
+        return ErrorResponse(error=self.detail).model_dump()
+
+    def response(self) -> JSONResponse:
+        """The HTTP response."""
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+def api_error(exc: BaseException, *, prompt_param: str = "messages") -> ApiError:
+    """The error response for any exception a request raised."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, RequestError):
+        return ApiError(400, exc.message, param=exc.param, code=exc.error_code)
+    if isinstance(exc, ContextFullError):
+        return ApiError(400, exc.message, param=prompt_param, code="context_length_exceeded")
+    if isinstance(exc, PoolFullError):
+        return ApiError(429, exc.message, type="rate_limit_error", code="rate_limit_exceeded",
+                        headers={"Retry-After": "1"})
+    if isinstance(exc, PoolClosedError):
+        return ApiError(503, exc.message, type="server_error", code="service_unavailable")
+    if isinstance(exc, ElizaError) and exc.code.symbol in (
+            "ELIZA_ERR_INVALID_ARG", "ELIZA_ERR_UNSUPPORTED"):
+        return ApiError(400, exc.message, code=exc.code.symbol)
+    if isinstance(exc, ElizaError):
+        return ApiError(500, exc.message, type="server_error", code=exc.code.symbol)
+    error_log.error("unexpected error serving a request", exc_info=exc)
+    return ApiError(500, f"internal error: {type(exc).__name__}: {exc}", type="server_error",
+                    code="internal_error")
+
+
+def sse(data: Any) -> bytes:
+    """One server-sent event carrying ``data`` (a model, a dict, or ``"[DONE]"``)."""
+    if isinstance(data, str):
+        text = data
+    elif hasattr(data, "model_dump_json"):
+        text = data.model_dump_json(exclude_none=True)
+    else:
+        text = json.dumps(data)
+    return f"data: {text}\n\n".encode()
+
+
+class AccessLog:
+    """ASGI middleware: one ``eliza_backends.server.access`` record per HTTP request, with
+    method, path, status, duration and whatever the handler put in the request's log dict
+    (tokens, time to first token, finish reason, session slot, outcome)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        info: dict[str, Any] = {}
+        scope[_LOG_KEY] = info
+        status = [0]
+        start = time.perf_counter()
+
+        async def send_and_note(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note)
+        finally:
+            client = scope.get("client")
+            fields = {"client": f"{client[0]}:{client[1]}" if client else None,
+                      "method": scope["method"], "path": scope["path"], "status": status[0],
+                      "duration_ms": round((time.perf_counter() - start) * 1000, 1), **info}
+            extras = " ".join(f"{k}={v}" for k, v in info.items())
+            access_log.info("%s %s %s %s %.1fms %s", fields["client"], fields["method"],
+                            fields["path"], fields["status"], fields["duration_ms"], extras,
+                            extra={"access": fields})
+
+
+class GenerationResponse(StreamingResponse):
+    """A server-sent-events response that releases its lease however the response ends
+    (finished, client gone before the first byte, server shutting down)."""
+
+    def __init__(self, content: AsyncIterator[bytes], lease: Lease) -> None:
+        super().__init__(content, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self.lease = lease
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if not self.lease.released:  # ended before the events did: the client went away
+                self.lease.cancel("the client went away")
+                self.lease.release()
+
+
+class OpenAIServer:
+    """The routes over one pool. ``model`` is the id the server answers to and names."""
+
+    def __init__(self, pool: SessionPool, model: str, *, max_body: int = MAX_BODY) -> None:
+        self.pool = pool
+        self.model = model
+        self.max_body = max_body
+        self.created = int(time.time())
+
+    # ------------------------------------------------------------------ plain routes
+
+    async def health(self, request: Request) -> Response:
+        stats = self.pool.stats()
+        return JSONResponse({"status": "draining" if stats.draining else "ok",
+                             "model": self.model, "backend": self.pool.backend,
+                             **stats.to_dict()},
+                            status_code=503 if stats.draining else 200)
+
+    def _card(self) -> ModelCard:
+        return ModelCard(id=self.model, created=self.created)
+
+    async def models(self, request: Request) -> Response:
+        return JSONResponse(ModelList(data=[self._card()]).model_dump())
+
+    async def model_card(self, request: Request) -> Response:
+        if request.path_params["model"] != self.model:
+            raise self._unknown_model(request.path_params["model"])
+        return JSONResponse(self._card().model_dump())
+
+    def _unknown_model(self, name: str) -> ApiError:
+        return ApiError(404, f"this server serves the model {self.model!r}, not {name!r}; pass "
+                        f"model={self.model!r} (see GET /v1/models)", param="model",
+                        code="model_not_found")
+
+    # ------------------------------------------------------------------ completions
+
+    async def _body(self, request: Request) -> Any:
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_body:
+            raise ApiError(413, f"the request body is {length} bytes; the limit is "
+                           f"{self.max_body}")
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > self.max_body:
+                raise ApiError(413, f"the request body is over the limit of {self.max_body} "
+                               "bytes")
+        try:
+            return json.loads(body)
+        except ValueError as exc:
+            raise ApiError(400, f"the request body is not valid JSON ({exc}); send a JSON "
+                           "object with Content-Type: application/json") from None
+
+    async def chat_completions(self, request: Request) -> Response:
+        try:
+            req = parse_request(ChatCompletionRequest, await self._body(request))
+            self._check_model(req.model)
+            template = self.pool.chat_template
+            if not template:
+                raise UnsupportedOperationError(
+                    f"the model {self.model!r} ships no chat template; use /v1/completions")
+            routing = render_chat(template, [m.for_template() for m in req.messages],
+                                  add_generation_prompt=True, **self.pool.template_tokens)
+            return await self._generate(request, req, "chat", routing)
+        except Exception as exc:
+            return self._fail(request, exc, "messages")
+
+    async def completions(self, request: Request) -> Response:
+        try:
+            req = parse_request(CompletionRequest, await self._body(request))
+            self._check_model(req.model)
+            routing = req.prompt if isinstance(req.prompt, str) else \
+                str(req.prompt[0]) if isinstance(req.prompt[0], str) else ""
+            return await self._generate(request, req, "text", routing)
+        except Exception as exc:
+            return self._fail(request, exc, "prompt")
+
+    def _check_model(self, name: str | None) -> None:
+        if name is not None and name != self.model:
+            raise self._unknown_model(name)
+
+    def _fail(self, request: Request, exc: BaseException, param: str) -> Response:
+        error = api_error(exc, prompt_param=param)
+        request.scope[_LOG_KEY]["error"] = error.detail.code or error.detail.type
+        return error.response()
+
+    async def _generate(self, request: Request, req: ChatCompletionRequest | CompletionRequest,
+                        kind: str, routing: str) -> Response:
+        log: dict[str, Any] = request.scope[_LOG_KEY]
+        prompt = request_prompt(req)
+        responder = Responder("chat" if kind == "chat" else "text", self.model)
+
+        def starter(config_index: int) -> Callable[[Stream], Generation]:
+            def start(stream: Stream) -> Generation:
+                gen = Generation(stream, prompt, max_tokens=req.token_budget,
+                                 stop=req.stop_strings)
+                gen.start()
+                return gen
+            return start
+
+        configs = [session_config(self.pool.config, req, i) for i in range(req.n)]
+        lease = await self.pool.acquire(routing, configs[0])
+        log["slot"] = lease.slot.index
+        try:
+            first = await lease.call(starter(0), configs[0])
+        except BaseException:
+            lease.release()
+            raise
+        log["prompt_tokens"], log["cached_tokens"] = first.prompt_tokens, first.cached_tokens
+
+        async def choices() -> AsyncIterator[tuple[int, Generation, str | None]]:
+            """(index, generation, text): text None opens a choice, then each step's text."""
+            gen = first
+            for index in range(req.n):
+                if index:
+                    gen = await lease.call(starter(index), configs[index])
+                yield index, gen, None
+                step = _stepper(gen)
+                while not gen.done:
+                    text = await lease.call(step)
+                    yield index, gen, text
+                finished.append(gen)
+
+        finished: list[Generation] = []
+
+        def note_end(outcome: str) -> None:
+            last = finished[-1] if finished else first
+            log.update(completion_tokens=sum(g.completion_tokens for g in finished) or
+                       last.completion_tokens, finish=last.finish_reason, outcome=outcome)
+            if last.first_token_at is not None and last.started_at is not None:
+                log["ttft_ms"] = round((last.first_token_at - last.started_at) * 1000, 1)
+
+        def held_text() -> str:
+            last = finished[-1] if finished else first
+            return routing + last.text
+
+        if not req.stream:
+            watcher = asyncio.create_task(self._cancel_on_disconnect(request, lease))
+            try:
+                async for _ in choices():
+                    pass
+            except Exception as exc:
+                note_end("cancelled" if isinstance(exc, CancelledError) else "error")
+                if isinstance(exc, CancelledError) and lease.cancel_reason is not None:
+                    return ApiError(499 if "client" in lease.cancel_reason else 503,
+                                    f"generation stopped: {lease.cancel_reason}",
+                                    type="server_error", code="cancelled").response()
+                raise
+            finally:
+                watcher.cancel()
+                lease.release(held_text())
+            note_end("ok")
+            return JSONResponse(responder.final(finished).model_dump(exclude_none=True))
+
+        async def events() -> AsyncIterator[bytes]:
+            outcome = "cancelled"
+            try:
+                async for index, gen, text in choices():
+                    if text is None:
+                        chunk = responder.first_chunk(index)
+                        if chunk is not None:
+                            yield sse(chunk)
+                    elif text or gen.done:
+                        yield sse(responder.chunk(index, text, gen.finish_reason))
+                if req.include_usage:
+                    yield sse(responder.usage_chunk(usage_of(finished)))
+                yield sse("[DONE]")
+                outcome = "ok"
+            except Exception as exc:
+                if isinstance(exc, CancelledError) and lease.cancel_reason is not None:
+                    message = f"generation stopped: {lease.cancel_reason}"
+                    yield sse(ApiError(503, message, type="server_error",
+                                       code="cancelled").body())
+                else:
+                    outcome = "error"
+                    yield sse(api_error(exc).body())
+            finally:
+                note_end(outcome)
+                lease.release(held_text())
+
+        return GenerationResponse(events(), lease)
+
+    async def _cancel_on_disconnect(self, request: Request, lease: Lease) -> None:
+        """Cancel ``lease`` when the client of a non-streamed request disconnects."""
+        while True:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                lease.cancel("the client went away")
+                return
+
+
+def _stepper(gen: Generation) -> Callable[[Stream], str]:
+    """The slot-thread job that runs one step of ``gen``."""
+    def step(_stream: Stream) -> str:
+        return gen.step()
+    return step
+
+
+def create_app(pool: SessionPool, *, model: str, max_body: int = MAX_BODY) -> ASGIApp:
+    """The ASGI application serving ``pool`` under the model id ``model`` (with access logs).
+
+    The pool must be open; closing it is the caller's job."""
+    server = OpenAIServer(pool, model, max_body=max_body)
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        message = (f"no route {request.method} {request.url.path}; this server has "
+                   "/v1/chat/completions, /v1/completions, /v1/models and /health"
+                   if status in (404, 405) else str(exc))
+        return ApiError(status, message, code="not_found" if status == 404 else None
+                        ).response()
+
+    async def crashed(request: Request, exc: Exception) -> Response:
+        return api_error(exc).response()
+
+    handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
+        HTTPException: not_found, Exception: crashed}
+    app = Starlette(routes=[
+        Route("/health", server.health, methods=["GET"]),
+        Route("/v1/models", server.models, methods=["GET"]),
+        Route("/v1/models/{model:path}", server.model_card, methods=["GET"]),
+        Route("/v1/chat/completions", server.chat_completions, methods=["POST"]),
+        Route("/v1/completions", server.completions, methods=["POST"]),
+    ], exception_handlers=handlers)
+    app.state.server = server
+    return AccessLog(app)
+
+
+__all__ = ["MAX_BODY", "AccessLog", "ApiError", "GenerationResponse", "OpenAIServer",
+           "api_error", "create_app", "sse"]

@@ -1,0 +1,384 @@
+"""A pool of sessions over one model load, leased to concurrent requests.
+
+:class:`SessionPool` opens ``sessions`` streams on one :class:`InferenceContext` (the weights are
+loaded once) and gives each its own worker thread: a session has one consumer, so everything a
+session does runs on its slot's thread, and the event loop only awaits the results.
+
+* **Leases.** :meth:`SessionPool.acquire` returns a :class:`Lease` on a free slot. When every
+  slot is busy, up to ``max_queue`` requests wait in FIFO order; one more raises
+  :class:`PoolFullError` (the server answers 429). After :meth:`SessionPool.begin_shutdown`
+  new requests get :class:`PoolClosedError` (503).
+* **Prefix routing.** Each slot remembers, as text, what its session holds (the last prompt and
+  its reply). A request goes to the free slot whose text shares the longest prefix with the
+  request's rendered prompt (a continuing conversation finds its own KV cache), among slots
+  whose session settings fit; otherwise to the least recently used slot. The text is only a
+  hint: :meth:`Stream.prefill_reusing` computes the exact token prefix to keep.
+* **Settings.** Sampling settings are baked into a session when it opens, so a request with
+  other settings than its slot's reopens that slot's session (on the same context: no reload).
+  Budget and stop strings are per request (:class:`~eliza_backends.completions.Generation`).
+* **Cancel.** :meth:`Lease.cancel` stops the running step (``Session.cancel`` from the event
+  loop); releasing a lease settles the slot on its thread first (a cancelled session is
+  rewound with ``reset_keep``, keeping its valid prefix; a session that failed in the runtime is
+  reopened), then frees it for the next request.
+
+Threads: the pool's methods are called from one event loop; slot work runs on the slots'
+threads. CPU threads: unless the config says otherwise, each session gets
+``cores // sessions`` compute threads so that concurrent sessions do not oversubscribe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from ..completions import serving_config, session_key
+from ..config import StreamConfig
+from ..context import InferenceContext
+from ..errors import CancelledError, ElizaError, InvalidArgumentError, Status
+from ..stream import Stream, open_stream
+
+T = TypeVar("T")
+
+
+class PoolFullError(ElizaError):
+    """Every session is busy and the wait queue is full: retry later (HTTP 429)."""
+
+    default_code = Status.ERR_BUSY
+
+
+class PoolClosedError(ElizaError):
+    """The pool is shutting down and takes no new requests (HTTP 503)."""
+
+    default_code = Status.ERR_CLOSED
+
+
+def shared_prefix(a: str, b: str) -> int:
+    """Length of the longest common prefix of two strings (binary search on slices, so the
+    comparisons run in C)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def cpu_count() -> int:
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+@dataclass(eq=False)
+class Slot:
+    """One pooled session and the thread it runs on."""
+
+    index: int
+    executor: ThreadPoolExecutor
+    stream: Stream | None = None
+    key: tuple[tuple[str, Any], ...] = ()
+    config: StreamConfig | None = None
+    text: str = ""  # what the session holds, as text (a routing hint)
+    busy: bool = False
+    last_used: float = 0.0
+    served: int = 0
+    lease: Lease | None = None
+
+
+@dataclass(eq=False)
+class _Waiter:
+    future: asyncio.Future[Slot]
+    text: str
+    key: tuple[tuple[str, Any], ...]
+
+
+@dataclass
+class PoolStats:
+    """Counters of a pool (for ``/health`` and tests)."""
+
+    sessions: int
+    busy: int
+    queued: int
+    served: int
+    cancelled: int
+    reopened: int
+    failed: int
+    draining: bool
+    slots: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return dict(self.__dict__)
+
+
+class SessionPool:
+    """``sessions`` streams on one bundle's :class:`InferenceContext`; see the module doc.
+
+    ``config`` is the base :class:`StreamConfig` (context size, threads, backend options, the
+    default sampling); ``backend`` a hard backend request. :meth:`open` loads the model and
+    opens every session (call it before serving); :meth:`close` frees them.
+    """
+
+    def __init__(self, bundle: str | os.PathLike[str] | InferenceContext,
+                 config: StreamConfig | None = None, *, sessions: int = 1,
+                 max_queue: int | None = None, backend: str | None = None) -> None:
+        if sessions < 1:
+            raise InvalidArgumentError(f"sessions must be >= 1, got {sessions}")
+        base = config or StreamConfig()
+        if base.threads is None:
+            base = StreamConfig.build(base, threads=max(1, cpu_count() // sessions))
+        self.config = serving_config(base)
+        self.max_queue = 4 * sessions if max_queue is None else max_queue
+        if self.max_queue < 0:
+            raise InvalidArgumentError(f"max_queue must be >= 0, got {self.max_queue}")
+        self._owns_context = not isinstance(bundle, InferenceContext)
+        self.context = bundle if isinstance(bundle, InferenceContext) else \
+            InferenceContext(bundle)
+        self._backend_request = backend
+        self.backend = ""
+        self.slots = [Slot(i, ThreadPoolExecutor(1, thread_name_prefix=f"eliza-session-{i}"))
+                      for i in range(sessions)]
+        self._waiters: deque[_Waiter] = deque()
+        self._draining = False
+        self._closed = False
+        self.served = self.cancelled = self.reopened = self.failed = 0
+        self.chat_template: str | None = None
+        self.template_tokens: dict[str, str] = {}
+        self.context_size = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def open(self) -> None:
+        """Load the model and open every session (each on its own thread). Raises the
+        backend's :class:`ElizaError` when it cannot."""
+        try:
+            for slot in self.slots:
+                slot.executor.submit(self._open_slot, slot, self.config).result()
+        except BaseException:
+            self.close()
+            raise
+        first = self.slots[0].stream
+        assert first is not None
+        self.backend = first.backend
+        self.chat_template = first.config.chat_template or first.session.chat_template
+        self.template_tokens = first.session.template_tokens
+        self.context_size = first.session.context_size
+
+    def _open_slot(self, slot: Slot, config: StreamConfig) -> None:
+        if slot.stream is not None:
+            slot.stream.close()
+            slot.stream = None
+        slot.stream = open_stream(self.context, config, backend=self._backend_request)
+        slot.config, slot.key, slot.text = config, session_key(config), ""
+
+    def begin_shutdown(self, grace: float) -> None:
+        """Take no new requests (waiting ones get :class:`PoolClosedError`); after ``grace``
+        seconds, cancel the generations still running. Call from the event loop."""
+        if self._draining:
+            return
+        self._draining = True
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.future.done():
+                waiter.future.set_exception(PoolClosedError("the server is shutting down"))
+        asyncio.get_running_loop().call_later(grace, self._cancel_all)
+
+    def _cancel_all(self) -> None:
+        for slot in self.slots:
+            if slot.lease is not None:
+                slot.lease.cancel("the server is shutting down")
+
+    @property
+    def draining(self) -> bool:
+        """True after :meth:`begin_shutdown`."""
+        return self._draining
+
+    def close(self) -> None:
+        """Close every session and the context (if the pool made it); idempotent. Running
+        steps are cancelled first."""
+        if self._closed:
+            return
+        self._closed = True
+        for slot in self.slots:
+            if slot.stream is not None:
+                slot.stream.cancel()
+        for slot in self.slots:
+            stream, slot.stream = slot.stream, None
+            if stream is not None:
+                slot.executor.submit(stream.close).result()
+            slot.executor.shutdown(wait=True)
+        if self._owns_context:
+            self.context.close()
+
+    # ------------------------------------------------------------------ leasing
+
+    async def acquire(self, text: str, config: StreamConfig) -> Lease:
+        """A lease on the best free slot for a request whose prompt renders to ``text`` and
+        whose session needs ``config``; waits in the queue when all are busy. Raises
+        :class:`PoolFullError` when the queue is full, :class:`PoolClosedError` when
+        shutting down."""
+        if self._draining or self._closed:
+            raise PoolClosedError("the server is shutting down; retry on another server")
+        key = session_key(config)
+        slot = self._pick(text, key)
+        if slot is None:
+            if len(self._waiters) >= self.max_queue:
+                raise PoolFullError(
+                    f"all {len(self.slots)} sessions are busy and {len(self._waiters)} requests "
+                    "are waiting; retry later, or start the server with more --sessions or a "
+                    "longer --queue")
+            waiter = _Waiter(asyncio.get_running_loop().create_future(), text, key)
+            self._waiters.append(waiter)
+            try:
+                slot = await waiter.future
+            except asyncio.CancelledError:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+                elif waiter.future.done() and not waiter.future.cancelled() and \
+                        waiter.future.exception() is None:
+                    self._free(waiter.future.result())  # handed a slot, then cancelled
+                raise
+        slot.busy = True
+        slot.last_used = time.monotonic()
+        lease = Lease(self, slot, config)
+        slot.lease = lease
+        return lease
+
+    def _pick(self, text: str, key: tuple[tuple[str, Any], ...]) -> Slot | None:
+        best: Slot | None = None
+        best_score: tuple[int, int, float] | None = None
+        for slot in self.slots:
+            if slot.busy or slot.stream is None:
+                continue
+            fits = slot.key == key
+            score = (shared_prefix(slot.text, text) if fits else 0, int(fits), -slot.last_used)
+            if best_score is None or score > best_score:
+                best, best_score = slot, score
+        return best
+
+    def _free(self, slot: Slot) -> None:
+        slot.busy = False
+        slot.lease = None
+        slot.last_used = time.monotonic()
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.future.done():
+                slot.busy = True
+                waiter.future.set_result(slot)
+                return
+
+    def stats(self) -> PoolStats:
+        """Current counters."""
+        return PoolStats(
+            sessions=len(self.slots), busy=sum(s.busy for s in self.slots),
+            queued=len(self._waiters), served=self.served, cancelled=self.cancelled,
+            reopened=self.reopened, failed=self.failed, draining=self._draining,
+            slots=[{"index": s.index, "busy": s.busy, "served": s.served,
+                    "n_past": s.stream.session.n_past if s.stream is not None else 0}
+                   for s in self.slots])
+
+
+class Lease:
+    """One request's hold on a slot. Use it from the event loop: :meth:`call` runs work on the
+    slot's thread, :meth:`cancel` stops it, :meth:`release` (idempotent) gives the slot back."""
+
+    def __init__(self, pool: SessionPool, slot: Slot, config: StreamConfig) -> None:
+        self.pool = pool
+        self.slot = slot
+        self.config = config
+        self.cancel_reason: str | None = None
+        self._failed = False
+        self._released = False
+
+    async def call(self, work: Callable[[Stream], T], config: StreamConfig | None = None) -> T:
+        """Run ``work(stream)`` on the slot's thread and return its result. With ``config``,
+        the slot's session is first made to fit it (reopened when its settings differ).
+        A backend failure marks the session for reopening when the lease is released."""
+        slot, pool = self.slot, self.pool
+
+        def job() -> T:
+            if self.cancel_reason is not None:
+                raise CancelledError(f"cancelled: {self.cancel_reason}")
+            if config is not None and session_key(config) != slot.key:
+                pool._open_slot(slot, config)
+                pool.reopened += 1
+            assert slot.stream is not None
+            try:
+                return work(slot.stream)
+            except (InvalidArgumentError, CancelledError):
+                raise
+            except BaseException:
+                self._failed = True
+                raise
+
+        future: Future[T] = slot.executor.submit(job)
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            self.cancel("the request was cancelled")
+            raise
+
+    @property
+    def released(self) -> bool:
+        """True once :meth:`release` ran."""
+        return self._released
+
+    def cancel(self, reason: str = "the client went away") -> None:
+        """Stop the running step and refuse further work (any time, from the event loop)."""
+        if self.cancel_reason is None:
+            self.cancel_reason = reason
+        stream = self.slot.stream
+        if stream is not None and not self._released:
+            stream.cancel()
+
+    def release(self, text: str = "") -> None:
+        """Give the slot back: it is settled on its thread (rewound after a cancel, reopened
+        after a failure), remembers ``text`` (what its session now holds) for routing, and
+        then serves the next request. Never blocks; idempotent."""
+        if self._released:
+            return
+        self._released = True
+        pool, slot = self.pool, self.slot
+        cancelled, failed = self.cancel_reason is not None, self._failed
+        loop = asyncio.get_running_loop()
+
+        def settle() -> None:
+            stream = slot.stream
+            try:
+                if failed or stream is None or stream.session.closed:
+                    assert slot.config is not None
+                    pool._open_slot(slot, slot.config)
+                elif stream.session.cancelled:
+                    stream.reset_keep(stream.session.n_past)
+                    slot.text = text if stream.session.n_past else ""
+                else:
+                    slot.text = text if stream.session.n_past else ""
+            except ElizaError:
+                slot.text = ""
+
+        pool.served += 1
+        pool.cancelled += cancelled
+        pool.failed += failed
+        slot.served += 1
+        future = slot.executor.submit(settle)
+
+        def freed(_future: Future[None]) -> None:
+            with contextlib.suppress(RuntimeError):  # no event loop: the server stopped
+                loop.call_soon_threadsafe(pool._free, slot)
+
+        future.add_done_callback(freed)
+
+
+__all__ = ["Lease", "PoolClosedError", "PoolFullError", "PoolStats", "SessionPool", "Slot",
+           "shared_prefix"]

@@ -1,0 +1,170 @@
+"""Run the server: :func:`serve` is ``eliza-backends serve``.
+
+The model loads and every session opens before the socket is served, so a bundle that cannot
+be served fails at once with its ``ELIZA_*`` error. Then one line on stdout says where the API
+is, which backend serves which model, and how many sessions::
+
+    eliza-backends serve: http://127.0.0.1:8000/v1  model tiny on llama.cpp, 2 sessions ...
+
+uvicorn runs the Starlette app on that socket (``--port 0`` picks a free port; the line names
+it). Ctrl-C (or SIGTERM) shuts down gracefully: no new requests (503), running generations get
+``grace`` seconds to finish, then are stopped at their next step and their streams end with an
+error event; the sessions and the model are freed and the process exits 0. A second Ctrl-C
+stops at once.
+
+Logging goes through :mod:`logging` to stderr: one access record per request on
+``eliza_backends.server.access`` (``--log-format json`` writes each record as one JSON object,
+the access fields included).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from types import FrameType
+from typing import IO, Any, Literal
+
+import uvicorn
+
+from ..completions import model_name
+from ..config import StreamConfig
+from .app import create_app
+from .pool import SessionPool
+
+LogFormat = Literal["text", "json"]
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per record: time, level, logger, message, and the ``access`` fields of
+    an access record."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname, "logger": record.name, "message": record.getMessage()}
+        out.update(getattr(record, "access", {}))
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+def configure_logging(log_format: LogFormat = "text", level: str = "info") -> None:
+    """Send ``eliza_backends.server`` and uvicorn records to stderr (text or JSON lines)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonLogFormatter() if log_format == "json" else logging.Formatter(
+        "%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    for name in ("eliza_backends.server", "uvicorn"):
+        logger = logging.getLogger(name)
+        logger.handlers[:] = [handler]
+        logger.setLevel(level.upper())
+        logger.propagate = False
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server with a graceful shutdown that drains the pool, and no re-raised
+    signal once it is done (so the process can free the model and exit 0)."""
+
+    def __init__(self, config: uvicorn.Config, pool: SessionPool, grace: float,
+                 announce: str, out: IO[str]) -> None:
+        super().__init__(config)
+        self.pool = pool
+        self.grace = grace
+        self.announce = announce
+        self.out = out
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        self.loop = asyncio.get_running_loop()
+        await super().startup(sockets)
+        print(self.announce, file=self.out, flush=True)
+
+    def _log_started_message(self, listeners: Sequence[socket.SocketType]) -> None:
+        """Replaced by the announcement line."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if not _in_main_thread():
+            yield
+            return
+        handled = (signal.SIGINT, signal.SIGTERM)
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        first = not self.should_exit
+        super().handle_exit(sig, frame)
+        if first and self.loop is not None:
+            logging.getLogger("eliza_backends.server").info(
+                "shutting down: finishing running requests (up to %.0f s), refusing new ones",
+                self.grace)
+            self.loop.call_soon_threadsafe(self.pool.begin_shutdown, self.grace)
+
+
+def _in_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (``port`` 0: any free port)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"cannot listen on {host}:{port}: {exc.strerror}; choose another --port "
+                      "or --host") from None
+    return sock
+
+
+def serve(bundle: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 8000,
+          backend: str | None = None, sessions: int = 1, queue: int | None = None,
+          config: StreamConfig | None = None, model: str | None = None, grace: float = 10.0,
+          log_format: LogFormat = "text", log_level: str = "info",
+          out: IO[str] | None = None) -> int:
+    """Serve ``bundle`` until interrupted; returns the exit status (0 after a graceful
+    shutdown). ``sessions`` concurrent generations over one model load, ``queue`` more
+    waiting (default ``4 * sessions``), ``config`` the sessions' base settings, ``model`` the
+    id clients use (default: the bundle's name). Raises :class:`ElizaError` when the bundle
+    cannot be served and ``OSError`` when the address is taken."""
+    out = out or sys.stdout
+    configure_logging(log_format, log_level)
+    pool = SessionPool(bundle, config, sessions=sessions, max_queue=queue, backend=backend)
+    try:
+        pool.open()
+        name = model or model_name(bundle)
+        sock = bind(host, port)
+        bound = sock.getsockname()[1]
+        shown = f"[{host}]" if ":" in host else host
+        announce = (f"eliza-backends serve: http://{shown}:{bound}/v1  model {name} on "
+                    f"{pool.backend}, {sessions} session{'s' if sessions != 1 else ''} "
+                    f"({pool.config.threads} threads each, context {pool.context_size}), "
+                    f"queue {pool.max_queue}; Ctrl-C to stop")
+        uv_config = uvicorn.Config(create_app(pool, model=name), log_config=None,
+                                   access_log=False, lifespan="off", ws="none",
+                                   timeout_graceful_shutdown=None)
+        server = _Server(uv_config, pool, grace, announce, out)
+        server.run(sockets=[sock])
+    finally:
+        pool.close()
+    print("eliza-backends serve: stopped", file=out, flush=True)
+    return 0
+
+
+__all__ = ["JsonLogFormatter", "LogFormat", "bind", "configure_logging", "serve"]
