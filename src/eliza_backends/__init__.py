@@ -12,6 +12,8 @@ Importing this package, listing backends and selecting one never import a heavy 
 
 from __future__ import annotations
 
+from typing import Any
+
 from .backend import Availability, Capabilities, Decoded, Factory, Session, Step
 from .bundle import BundleManifest, create_bundle, load_manifest, verify_bundle, write_manifest
 from .chat import TemplateError, render_chat
@@ -39,6 +41,21 @@ from .selector import SelectionReport, explain, select
 from .stream import Stream, StreamMetrics, generate, generate_chat, open_stream
 
 __version__ = "0.1.0"
+
+# The OpenAI-shaped API defines ~20 pydantic models: imported on first use, so that
+# ``import eliza_backends`` does not pay for them.
+_LAZY = {"chat_completion": "completions", "completion": "completions"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "Availability",
@@ -71,6 +88,8 @@ __all__ = [
     "TemplateError",
     "UnsupportedOperationError",
     "__version__",
+    "chat_completion",
+    "completion",
     "create_bundle",
     "explain",
     "generate",

@@ -59,7 +59,8 @@ FINISH_REASONS: dict[FinishReason, OpenAIFinishReason] = {
     "eos": "stop", "stop": "stop", "length": "length", "context": "length"}
 
 #: StreamConfig fields a request may set; they are baked into a session when it opens.
-SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "seed")
+SESSION_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "seed",
+                  "ignore_eos")
 #: Sampling fields that do not matter when decoding is greedy.
 _GREEDY_IRRELEVANT = frozenset({"temperature", "top_p", "top_k", "min_p", "seed"})
 
@@ -74,9 +75,9 @@ def finish_reason(ours: FinishReason) -> OpenAIFinishReason:
 def session_config(base: StreamConfig, request: GenerationRequest, choice: int = 0
                    ) -> StreamConfig:
     """The :class:`StreamConfig` a session needs to serve choice ``choice`` of ``request``:
-    ``base`` with the request's sampling fields. With sampling, choice ``i`` uses seed
+    ``base`` with the request's sampling fields (and ``ignore_eos``). With sampling, choice ``i`` uses seed
     ``seed + i``, so the ``n`` choices differ (and each is reproducible)."""
-    changes = {f: getattr(request, f) for f in SAMPLING_FIELDS if getattr(request, f) is not None}
+    changes = {f: getattr(request, f) for f in SESSION_FIELDS if getattr(request, f) is not None}
     config = StreamConfig.build(base, **changes)
     if choice and not config.greedy:
         config = StreamConfig.build(config, seed=(config.seed + choice) % (1 << 32))
@@ -311,9 +312,9 @@ class _LocalStreams:
         key = session_key(config)
         if self._own is not None:
             if key != session_key(self._own.config):
-                mine = {k: getattr(self._own.config, k) for k in SAMPLING_FIELDS}
-                want = {k: getattr(config, k) for k in SAMPLING_FIELDS}
-                diff = {k: want[k] for k in SAMPLING_FIELDS if mine[k] != want[k]}
+                mine = {k: getattr(self._own.config, k) for k in SESSION_FIELDS}
+                want = {k: getattr(config, k) for k in SESSION_FIELDS}
+                diff = {k: want[k] for k in SESSION_FIELDS if mine[k] != want[k]}
                 raise InvalidArgumentError(
                     f"this stream was opened with other sampling settings than the request "
                     f"asks for ({diff}); open the stream with them, or pass the bundle or an "
@@ -484,7 +485,7 @@ def completion(target: str | os.PathLike[str] | InferenceContext | Stream,
 
 __all__ = [
     "FINISH_REASONS",
-    "SAMPLING_FIELDS",
+    "SESSION_FIELDS",
     "Generation",
     "Responder",
     "chat_completion",

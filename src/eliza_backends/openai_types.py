@@ -105,6 +105,7 @@ class GenerationRequest(BaseModel):
     top_k: int | None = Field(None, ge=0)
     min_p: float | None = Field(None, ge=0.0, le=1.0)
     repeat_penalty: float | None = Field(None, gt=0.0, le=10.0)
+    ignore_eos: bool | None = None
     # OpenAI fields that are not implemented yet: refused when set to anything but the default
     frequency_penalty: float | None = None
     presence_penalty: float | None = None

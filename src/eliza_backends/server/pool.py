@@ -115,6 +115,7 @@ class PoolStats:
     reopened: int
     failed: int
     draining: bool
+    steps_after_cancel: list[int] = field(default_factory=list)
     slots: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -153,6 +154,8 @@ class SessionPool:
         self._draining = False
         self._closed = False
         self.served = self.cancelled = self.reopened = self.failed = 0
+        #: per cancelled lease: steps that still completed after cancel() (0 or 1 expected)
+        self.steps_after_cancel: deque[int] = deque(maxlen=64)
         self.chat_template: str | None = None
         self.template_tokens: dict[str, str] = {}
         self.context_size = 0
@@ -284,6 +287,7 @@ class SessionPool:
             sessions=len(self.slots), busy=sum(s.busy for s in self.slots),
             queued=len(self._waiters), served=self.served, cancelled=self.cancelled,
             reopened=self.reopened, failed=self.failed, draining=self._draining,
+            steps_after_cancel=list(self.steps_after_cancel),
             slots=[{"index": s.index, "busy": s.busy, "served": s.served,
                     "n_past": s.stream.session.n_past if s.stream is not None else 0}
                    for s in self.slots])
@@ -298,6 +302,9 @@ class Lease:
         self.slot = slot
         self.config = config
         self.cancel_reason: str | None = None
+        #: work items that completed on the slot's thread; and how many had when cancelled
+        self.steps = 0
+        self.steps_at_cancel: int | None = None
         self._failed = False
         self._released = False
 
@@ -315,7 +322,9 @@ class Lease:
                 pool.reopened += 1
             assert slot.stream is not None
             try:
-                return work(slot.stream)
+                result = work(slot.stream)
+                self.steps += 1
+                return result
             except (InvalidArgumentError, CancelledError):
                 raise
             except BaseException:
@@ -338,6 +347,7 @@ class Lease:
         """Stop the running step and refuse further work (any time, from the event loop)."""
         if self.cancel_reason is None:
             self.cancel_reason = reason
+            self.steps_at_cancel = self.steps
         stream = self.slot.stream
         if stream is not None and not self._released:
             stream.cancel()
@@ -353,7 +363,9 @@ class Lease:
         cancelled, failed = self.cancel_reason is not None, self._failed
         loop = asyncio.get_running_loop()
 
-        def settle() -> None:
+        def settle() -> None:  # runs after the lease's last job finished
+            if self.steps_at_cancel is not None:
+                pool.steps_after_cancel.append(self.steps - self.steps_at_cancel)
             stream = slot.stream
             try:
                 if failed or stream is None or stream.session.closed:
