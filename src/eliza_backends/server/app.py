@@ -323,8 +323,9 @@ class OpenAIServer:
                 raise
             finally:
                 watcher.cancel()
-                lease.release(held_text())
+                freed = lease.release(held_text())
             note_end("ok")
+            await freed
             return JSONResponse(responder.final(finished).model_dump(exclude_none=True))
 
         async def events() -> AsyncIterator[bytes]:
@@ -339,6 +340,7 @@ class OpenAIServer:
                         yield sse(responder.chunk(index, text, gen.finish_reason))
                 if req.include_usage:
                     yield sse(responder.usage_chunk(usage_of(finished)))
+                await lease.release(held_text())
                 yield sse("[DONE]")
                 outcome = "ok"
             except Exception as exc:

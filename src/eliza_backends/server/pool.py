@@ -11,7 +11,10 @@ session does runs on its slot's thread, and the event loop only awaits the resul
 * **Prefix routing.** Each slot remembers, as text, what its session holds (the last prompt and
   its reply). A request goes to the free slot whose text shares the longest prefix with the
   request's rendered prompt (a continuing conversation finds its own KV cache), among slots
-  whose session settings fit; otherwise to the least recently used slot. The text is only a
+  whose session settings fit, provided it shares at least :data:`SIMILARITY` of that text;
+  otherwise to the least recently used slot (so a new conversation does not evict one that
+  shares only a template header with it; reopening a session with other settings is cheaper
+  than re-prefilling a conversation that an LRU choice keeps). The text is only a
   hint: :meth:`Stream.prefill_reusing` computes the exact token prefix to keep.
 * **Settings.** Sampling settings are baked into a session when it opens, so a request with
   other settings than its slot's reopens that slot's session (on the same context: no reload).
@@ -45,6 +48,10 @@ from ..errors import CancelledError, ElizaError, InvalidArgumentError, Status
 from ..stream import Stream, open_stream
 
 T = TypeVar("T")
+
+#: A request continues a slot's conversation when its prompt shares at least this fraction
+#: of the slot's text (llama.cpp's server uses the same rule, ``--slot-prompt-similarity``).
+SIMILARITY = 0.5
 
 
 class PoolFullError(ElizaError):
@@ -260,12 +267,15 @@ class SessionPool:
 
     def _pick(self, text: str, key: tuple[tuple[str, Any], ...]) -> Slot | None:
         best: Slot | None = None
-        best_score: tuple[int, int, float] | None = None
+        best_score: tuple[int, float, int] | None = None
         for slot in self.slots:
             if slot.busy or slot.stream is None:
                 continue
             fits = slot.key == key
-            score = (shared_prefix(slot.text, text) if fits else 0, int(fits), -slot.last_used)
+            shared = shared_prefix(slot.text, text) if fits else 0
+            if shared < SIMILARITY * len(slot.text):
+                shared = 0  # a different conversation: keep its cache, use an LRU slot
+            score = (shared, -slot.last_used, int(fits))
             if best_score is None or score > best_score:
                 best, best_score = slot, score
         return best
@@ -289,7 +299,8 @@ class SessionPool:
             reopened=self.reopened, failed=self.failed, draining=self._draining,
             steps_after_cancel=list(self.steps_after_cancel),
             slots=[{"index": s.index, "busy": s.busy, "served": s.served,
-                    "n_past": s.stream.session.n_past if s.stream is not None else 0}
+                    "n_past": s.stream.session.n_past if s.stream is not None else 0,
+                    "text_chars": len(s.text)}
                    for s in self.slots])
 
 
@@ -307,6 +318,7 @@ class Lease:
         self.steps_at_cancel: int | None = None
         self._failed = False
         self._released = False
+        self._freed: asyncio.Future[None] | None = None
 
     async def call(self, work: Callable[[Stream], T], config: StreamConfig | None = None) -> T:
         """Run ``work(stream)`` on the slot's thread and return its result. With ``config``,
@@ -352,16 +364,19 @@ class Lease:
         if stream is not None and not self._released:
             stream.cancel()
 
-    def release(self, text: str = "") -> None:
+    def release(self, text: str = "") -> asyncio.Future[None]:
         """Give the slot back: it is settled on its thread (rewound after a cancel, reopened
         after a failure), remembers ``text`` (what its session now holds) for routing, and
-        then serves the next request. Never blocks; idempotent."""
-        if self._released:
-            return
+        then serves the next request. Never blocks; idempotent. The returned future is done
+        once the slot is free (await it before answering, so that the client's next request
+        finds the slot it just used)."""
+        if self._freed is not None:
+            return self._freed
+        loop = asyncio.get_running_loop()
+        self._freed = freed = loop.create_future()
         self._released = True
         pool, slot = self.pool, self.slot
         cancelled, failed = self.cancel_reason is not None, self._failed
-        loop = asyncio.get_running_loop()
 
         def settle() -> None:  # runs after the lease's last job finished
             if self.steps_at_cancel is not None:
@@ -371,10 +386,9 @@ class Lease:
                 if failed or stream is None or stream.session.closed:
                     assert slot.config is not None
                     pool._open_slot(slot, slot.config)
-                elif stream.session.cancelled:
-                    stream.reset_keep(stream.session.n_past)
-                    slot.text = text if stream.session.n_past else ""
                 else:
+                    if stream.session.cancelled:
+                        stream.reset_keep(stream.session.n_past)
                     slot.text = text if stream.session.n_past else ""
             except ElizaError:
                 slot.text = ""
@@ -383,13 +397,18 @@ class Lease:
         pool.cancelled += cancelled
         pool.failed += failed
         slot.served += 1
-        future = slot.executor.submit(settle)
 
-        def freed(_future: Future[None]) -> None:
+        def free() -> None:
+            pool._free(slot)
+            if not freed.done():
+                freed.set_result(None)
+
+        def settled(_future: Future[None]) -> None:
             with contextlib.suppress(RuntimeError):  # no event loop: the server stopped
-                loop.call_soon_threadsafe(pool._free, slot)
+                loop.call_soon_threadsafe(free)
 
-        future.add_done_callback(freed)
+        slot.executor.submit(settle).add_done_callback(settled)
+        return freed
 
 
 __all__ = ["Lease", "PoolClosedError", "PoolFullError", "PoolStats", "SessionPool", "Slot",
