@@ -184,11 +184,12 @@ def test_bad_requests_are_invalid_argument_errors(kwargs: dict[str, Any], match:
 
 
 def test_a_request_that_cannot_fit_is_a_context_full_error() -> None:
+    small = {"context_size": 256, "batch_size": 256}
     with InferenceContext(TINY_BUNDLE) as ctx:
         with pytest.raises(ContextFullError, match="lower max_tokens"):
-            chat_completion(ctx, MATH, max_tokens=5000, config={"context_size": 256, "batch_size": 256})
+            chat_completion(ctx, MATH, max_tokens=5000, config=small)
         with pytest.raises(ContextFullError, match="shorten the prompt"):
-            completion(ctx, "word " * 400, config={"context_size": 256, "batch_size": 256})
+            completion(ctx, "word " * 400, config=small)
 
 
 def test_finish_reasons_map_to_openai_terms() -> None:

@@ -75,8 +75,8 @@ def finish_reason(ours: FinishReason) -> OpenAIFinishReason:
 def session_config(base: StreamConfig, request: GenerationRequest, choice: int = 0
                    ) -> StreamConfig:
     """The :class:`StreamConfig` a session needs to serve choice ``choice`` of ``request``:
-    ``base`` with the request's sampling fields (and ``ignore_eos``). With sampling, choice ``i`` uses seed
-    ``seed + i``, so the ``n`` choices differ (and each is reproducible)."""
+    ``base`` with the request's sampling fields (and ``ignore_eos``). With sampling, choice
+    ``i`` uses seed ``seed + i``, so the ``n`` choices differ (and each is reproducible)."""
     changes = {f: getattr(request, f) for f in SESSION_FIELDS if getattr(request, f) is not None}
     config = StreamConfig.build(base, **changes)
     if choice and not config.greedy:
