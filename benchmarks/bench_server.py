@@ -8,9 +8,9 @@ context and the same total of compute threads (``--threads``, default: every cor
 
 - ``llama_cpp.server``: llama-cpp-python's FastAPI server (one ``Llama``, requests served one
   at a time; ``--interrupt_requests false``, else its default cuts a running stream off when
-  the next request arrives), flash attention on as llama.cpp's own default on CPU, extra buffer types off on
-  AMX hosts exactly as the llama.cpp plugin does (llama-cpp-python 0.3.36's AMX kernels
-  segfault on Q4 weights);
+  the next request arrives), flash attention on (as llama.cpp's own default on CPU, which the
+  seam uses), extra buffer types off on AMX hosts exactly as the llama.cpp plugin does
+  (llama-cpp-python 0.3.36's AMX kernels segfault on Q4 weights);
 - ``eliza x1``: ``eliza-backends serve --sessions 1`` (all threads to one session);
 - ``eliza xS``: ``--sessions S`` (default 2), the threads divided among the sessions.
 
@@ -198,7 +198,7 @@ class Cell:
         ttft = sorted(self.ttfts)
 
         def pct(p: float) -> float:
-            return ttft[min(len(ttft) - 1, int(round(p * (len(ttft) - 1))))]
+            return ttft[min(len(ttft) - 1, round(p * (len(ttft) - 1)))]
 
         return {"ttft_p50_ms": pct(0.5) * 1000, "ttft_p95_ms": pct(0.95) * 1000,
                 "tok_s_median": statistics.median(self.rates), "tok_s_min": min(self.rates),
