@@ -12,7 +12,7 @@ Importing this package, listing backends and selecting one never import a heavy 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .backend import Availability, Capabilities, Decoded, Factory, Session, Step
 from .bundle import BundleManifest, create_bundle, load_manifest, verify_bundle, write_manifest
@@ -44,14 +44,16 @@ __version__ = "0.1.0"
 
 # The OpenAI-shaped API defines ~20 pydantic models: imported on first use, so that
 # ``import eliza_backends`` does not pay for them.
-_LAZY = {"chat_completion": "completions", "completion": "completions"}
+_LAZY = frozenset({"chat_completion", "completion"})
+if TYPE_CHECKING:
+    from .completions import chat_completion, completion
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        import importlib
+        from . import completions
 
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        value = getattr(completions, name)
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
