@@ -4,15 +4,18 @@
         [--repeat 2] [--llamacpp-python PATH] [--json]
 
 Contenders, all serving the same GGUF (the bundle's) with greedy decoding, a 2048-token
-context and the same total of compute threads (``--threads``, default: every core):
+context and ``--threads`` compute threads (default: every core; on a busy machine use 1:
+several threads per llama.cpp context wait on each other when the cores are contended):
 
 - ``llama_cpp.server``: llama-cpp-python's FastAPI server (one ``Llama``, requests served one
   at a time; ``--interrupt_requests false``, else its default cuts a running stream off when
   the next request arrives), flash attention on (as llama.cpp's own default on CPU, which the
   seam uses), extra buffer types off on AMX hosts exactly as the llama.cpp plugin does
   (llama-cpp-python 0.3.36's AMX kernels segfault on Q4 weights);
-- ``eliza x1``: ``eliza-backends serve --sessions 1`` (all threads to one session);
-- ``eliza xS``: ``--sessions S`` (default 2), the threads divided among the sessions.
+- ``eliza x1``: ``eliza-backends serve --sessions 1`` (all threads to one session), with
+  ``--queue 64`` (llama_cpp.server queues without bound; the default queue would answer 429);
+- ``eliza xS``: ``--sessions S`` (default 2), the threads divided among the sessions (at
+  least one each, so with ``--threads 1`` it runs S threads: the table says so).
 
 All servers start first and stay up; then for every repeat and every client count the
 contenders run in rotating order (A B C, B C A, ...), each on the same fixed list of requests
@@ -100,6 +103,7 @@ class Server:
     name: str
     proc: subprocess.Popen[str]
     url: str
+    threads: int
     model: str = ""
 
     def stop(self) -> None:
@@ -136,9 +140,11 @@ def start_eliza(bundle: Path, sessions: int, threads: int) -> Server:
         [sys.executable, "-m", "eliza_backends", "serve", str(bundle), "--port", str(port),
          "--backend", "llama.cpp", "--sessions", str(sessions),
          "--threads", str(max(1, threads // sessions)), "--context-size", "2048",
+         "--queue", "64",
          "--log-level", "warning"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
-    return Server(f"eliza x{sessions}", proc, f"http://127.0.0.1:{port}/v1")
+    return Server(f"eliza x{sessions}", proc, f"http://127.0.0.1:{port}/v1",
+                  sessions * max(1, threads // sessions))
 
 
 def start_llama_cpp_server(python: str, gguf: Path, threads: int) -> Server:
@@ -149,7 +155,7 @@ def start_llama_cpp_server(python: str, gguf: Path, threads: int) -> Server:
          "--n_threads", str(threads), "--n_threads_batch", str(threads),
          "--flash_attn", "true", "--interrupt_requests", "false", "--verbose", "false"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
-    return Server("llama_cpp.server", proc, f"http://127.0.0.1:{port}/v1")
+    return Server("llama_cpp.server", proc, f"http://127.0.0.1:{port}/v1", threads)
 
 
 @dataclass
@@ -293,13 +299,13 @@ def main() -> int:
                 server.stop()
 
     results = {f"{name}|{c}": cell.summary() for (name, c), cell in cells.items()}
-    table = ["| server | clients | TTFT p50 ms | TTFT p95 ms | tok/s aggregate (min-max) "
-             "| vs llama_cpp.server |", "|---|---|---|---|---|---|"]
+    table = ["| server | threads | clients | TTFT p50 ms | TTFT p95 ms | tok/s aggregate "
+             "(min-max) | vs llama_cpp.server |", "|---|---|---|---|---|---|---|"]
     for c in clients:
         base = cells[("llama_cpp.server", c)].summary()["tok_s_median"]
         for server in servers:
             s = cells[(server.name, c)].summary()
-            table.append(f"| {server.name} | {c} | {s['ttft_p50_ms']:.0f} | "
+            table.append(f"| {server.name} | {server.threads} | {c} | {s['ttft_p50_ms']:.0f} | "
                          f"{s['ttft_p95_ms']:.0f} | {s['tok_s_median']:.1f} "
                          f"({s['tok_s_min']:.1f}-{s['tok_s_max']:.1f}) | "
                          f"{s['tok_s_median'] / base:.2f}x |")

@@ -5,11 +5,13 @@ answers from the session that already holds it."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import TINY_BUNDLE
@@ -20,9 +22,25 @@ from eliza_backends import chat_completion, completion
 LLM = Path(sys.executable).with_name("llm")
 
 
+def _backends() -> list[Any]:
+    out = []
+    for backend, module in [("llama.cpp", "llama_cpp"), ("litert-lm", "ai_edge_litert"),
+                            ("mlx", "mlx_lm")]:
+        marks = [] if importlib.util.find_spec(module) else [
+            pytest.mark.skip(reason=f"{module} is not installed")]
+        out.append(pytest.param(backend, marks=marks, id=backend))
+    return out
+
+
+@pytest.fixture(scope="module", params=_backends())
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
-def server() -> Iterator[ServerProcess]:
-    with ServerProcess(TINY_BUNDLE, "--sessions", "2", "--threads", "1") as proc:
+def server(backend: str) -> Iterator[ServerProcess]:
+    with ServerProcess(TINY_BUNDLE, "--backend", backend, "--sessions", "2",
+                       "--threads", "1") as proc:
         yield proc
 
 
@@ -53,17 +71,17 @@ def test_llm_lists_the_model(llm_home: dict[str, str]) -> None:
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "not-streamed"])
-def test_llm_prompt_gives_the_in_process_greedy_text(llm_home: dict[str, str],
+def test_llm_prompt_gives_the_in_process_greedy_text(llm_home: dict[str, str], backend: str,
                                                      stream: bool) -> None:
     prompt = "What is two plus two?"
     want = chat_completion(TINY_BUNDLE, [{"role": "user", "content": prompt}], max_tokens=48,
-                           config={"threads": 1}).choices[0].message.content
+                           backend=backend, config={"threads": 1}).choices[0].message.content
     args = ["-m", "eliza-tiny", "-o", "temperature", "0", "-o", "max_tokens", "48", prompt]
     got = llm(llm_home, *args, *([] if stream else ["--no-stream"]))
     assert got == want + "\n"
 
 
-def test_llm_continued_conversation_reuses_the_session(llm_home: dict[str, str],
+def test_llm_continued_conversation_reuses_the_session(llm_home: dict[str, str], backend: str,
                                                        server: ServerProcess) -> None:
     first = llm(llm_home, "-m", "eliza-tiny", "-o", "max_tokens", "24",
                 "What is two plus two?").rstrip("\n")
@@ -71,7 +89,8 @@ def test_llm_continued_conversation_reuses_the_session(llm_home: dict[str, str],
     messages = [{"role": "user", "content": "What is two plus two?"},
                 {"role": "assistant", "content": first},
                 {"role": "user", "content": "And three plus three?"}]
-    want = chat_completion(TINY_BUNDLE, messages, max_tokens=24, config={"threads": 1})
+    want = chat_completion(TINY_BUNDLE, messages, max_tokens=24, backend=backend,
+                           config={"threads": 1})
     assert second == want.choices[0].message.content + "\n"
     *_, turn1, turn2 = [r for r in server.access_records()
                         if r["path"] == "/v1/chat/completions"]
@@ -80,8 +99,10 @@ def test_llm_continued_conversation_reuses_the_session(llm_home: dict[str, str],
     assert turn2["slot"] == turn1["slot"]
 
 
-def test_llm_completion_model_uses_v1_completions(llm_home: dict[str, str]) -> None:
+def test_llm_completion_model_uses_v1_completions(llm_home: dict[str, str],
+                                                   backend: str) -> None:
     prompt = "Four score and seven years ago"
-    want = completion(TINY_BUNDLE, prompt, max_tokens=16, config={"threads": 1})
+    want = completion(TINY_BUNDLE, prompt, max_tokens=16, backend=backend,
+                      config={"threads": 1})
     got = llm(llm_home, "-m", "eliza-tiny-completion", "-o", "max_tokens", "16", prompt)
     assert got == want.choices[0].text + "\n"

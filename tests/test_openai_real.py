@@ -115,3 +115,24 @@ def test_a_second_turn_prefills_only_its_new_tokens(served: list[Any]) -> None:
         assert first.usage is not None and second.usage is not None
         cached = second.usage.prompt_tokens_details.cached_tokens  # type: ignore[union-attr]
         assert cached >= first.usage.prompt_tokens, (backend, cached)
+
+
+def test_llm_cli_gives_the_in_process_text(served: list[Any], tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    llm = Path(sys.executable).with_name("llm")
+    for i, (server, bundle, backend) in enumerate(served):
+        home = tmp_path / str(i)
+        home.mkdir()
+        (home / "extra-openai-models.yaml").write_text(
+            f"- model_id: real\n  model_name: {_model(server)}\n  api_base: \"{server.url}\"\n",
+            encoding="utf-8")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI")}
+        env["LLM_USER_PATH"] = str(home)
+        proc = subprocess.run([str(llm), "-m", "real", "-o", "temperature", "0", "-o",
+                               "max_tokens", "32", "Hi!"], env=env, capture_output=True,
+                              text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        want = chat_completion(bundle, GREETING, max_tokens=32, backend=backend)
+        assert proc.stdout == (want.choices[0].message.content or "") + "\n", backend
