@@ -126,3 +126,19 @@ class ServerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def backend_params() -> list[Any]:
+    """pytest params of the default session of every first-party backend (skipped where its
+    runtime is not installed), by backend name."""
+    import importlib.util
+
+    import pytest
+
+    out = []
+    for backend, module in [("llama.cpp", "llama_cpp"), ("litert-lm", "ai_edge_litert"),
+                            ("mlx", "mlx_lm")]:
+        marks = [] if importlib.util.find_spec(module) else [
+            pytest.mark.skip(reason=f"{module} is not installed")]
+        out.append(pytest.param(backend, marks=marks, id=backend))
+    return out

@@ -5,34 +5,22 @@ answers from the session that already holds it."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from conftest import TINY_BUNDLE
-from server_process import ServerProcess
+from server_process import ServerProcess, backend_params
 
 from eliza_backends import chat_completion, completion
 
 LLM = Path(sys.executable).with_name("llm")
 
 
-def _backends() -> list[Any]:
-    out = []
-    for backend, module in [("llama.cpp", "llama_cpp"), ("litert-lm", "ai_edge_litert"),
-                            ("mlx", "mlx_lm")]:
-        marks = [] if importlib.util.find_spec(module) else [
-            pytest.mark.skip(reason=f"{module} is not installed")]
-        out.append(pytest.param(backend, marks=marks, id=backend))
-    return out
-
-
-@pytest.fixture(scope="module", params=_backends())
+@pytest.fixture(scope="module", params=backend_params())
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 

@@ -6,7 +6,6 @@ first."""
 
 from __future__ import annotations
 
-import importlib.util
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 import openai
 import pytest
 from conftest import TINY_BUNDLE
-from server_process import ServerProcess
+from server_process import ServerProcess, backend_params
 
 from eliza_backends import InferenceContext, chat_completion, completion
 
@@ -78,17 +77,7 @@ def run_client(server: ServerProcess, client: int, out: dict[int, list[Any]],
         errors.append(exc)
 
 
-def _backends() -> list[Any]:
-    out = []
-    for backend, module in [("llama.cpp", "llama_cpp"), ("litert-lm", "ai_edge_litert"),
-                            ("mlx", "mlx_lm")]:
-        marks = [] if importlib.util.find_spec(module) else [
-            pytest.mark.skip(reason=f"{module} is not installed")]
-        out.append(pytest.param(backend, marks=marks, id=backend))
-    return out
-
-
-@pytest.fixture(scope="module", params=_backends())
+@pytest.fixture(scope="module", params=backend_params())
 def served(request: pytest.FixtureRequest) -> Iterator[tuple[ServerProcess, str]]:
     with ServerProcess(TINY_BUNDLE, "--backend", request.param, "--sessions", "4",
                        "--threads", "1", "--queue", str(CLIENTS)) as proc:
