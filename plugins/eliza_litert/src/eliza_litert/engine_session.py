@@ -174,8 +174,11 @@ class EngineSession(Session):
         if config.greedy:
             sampler = litert_lm.SamplerConfig(top_k=1, temperature=0.0, seed=config.seed)
         else:
+            # top_k 0 means "no top-k" here; LiteRT-LM reads an unset top_k as greedy, so
+            # "all of the vocabulary" says it
+            top_k = config.top_k or self._loaded.info.vocab_size
             sampler = litert_lm.SamplerConfig(
-                top_k=config.top_k or None, top_p=config.top_p, temperature=config.temperature,
+                top_k=top_k, top_p=config.top_p, temperature=config.temperature,
                 seed=config.seed)
         try:
             return self._loaded.engine.create_session(
