@@ -34,6 +34,7 @@ import os
 import struct
 import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -71,6 +72,17 @@ def _greedy(logits: Any) -> Any:
     return mx.argmax(logits, axis=-1)
 
 
+@dataclass
+class _Round:
+    """One speculative step's state across its rounds: the step's size, whether the stream
+    surely ends with it, the queued target of the fed-ahead last token, tokens made so far."""
+
+    max_tokens: int
+    ends: bool
+    ahead: Any = None
+    made: int = 0
+
+
 class MLXSession(Session):
     """An mlx-lm generation: one prompt cache (KV per layer) on the shared model."""
 
@@ -106,6 +118,7 @@ class MLXSession(Session):
         self._logits: Any = None  # logits after the last cached token, shape (1, vocab)
         self._y: Any = None  # the next token, sampled (lazily) from _logits
         self._stale = False  # the cache could not be rolled back: only reset() helps
+        self._round = _Round(0, False)  # the running speculative step's state
         super().__init__(config, context, loaded.info, drafter=drafter)
         self._seed()
 
@@ -248,103 +261,108 @@ class MLXSession(Session):
         return Decoded(out)
 
     def _decode_speculative(self, max_tokens: int) -> Decoded:
-        """The core's speculative loop with this session's verify step: one model call over
-        ``[pending, d1..dk]``, the agreeing prefix plus the target's next token kept, the
-        rejected positions trimmed off the prompt cache.
+        """The core's speculative loop with this session's verify step (:meth:`_verify`): one
+        model call over ``[pending, d1..dk]``, the agreeing prefix plus the target's next token
+        kept, the rejected positions trimmed off the prompt cache.
 
         Between rounds the sequence's last token is either *pending* (not in the cache: the
         next round verifies ``[pending, d1..dk]``) or *fed ahead* (in the cache, the target's
-        next token queued lazily in ``ahead``: the round verifies ``[d1..dk]`` and ``ahead`` is
-        the target for d1). A round whose drafter proposes nothing decodes one token the way
-        the plain path does, feeding it ahead before waiting for it, so a drafter with nothing
-        to say keeps the plain path's pipelining.
+        next token queued lazily in ``_Round.ahead``: the round verifies ``[d1..dk]`` and
+        ``ahead`` is the target for d1). A round whose drafter proposes nothing decodes one
+        token the way the plain path does, feeding it ahead before waiting for it, so a
+        drafter with nothing to say keeps the plain path's pipelining.
         """
+        self._round = _Round(max_tokens, self._stream_ends_with(max_tokens),
+                             self._start_speculation())
+        out = self._speculate(max_tokens, self._verify)
+        if self._round.ahead is not None:  # the plain path's state: all cached, next queued
+            self._y = self._round.ahead
+        return out
+
+    def _start_speculation(self) -> Any:
+        """Take back prefill's feed-ahead; the queued target of the sequence's last token when
+        that token is in the cache, None when it is pending (after save_slot it is taken back
+        out of the cache to be verified with the drafts)."""
         self._undo_ahead()
         if self._stale:
             raise BackendRuntimeError("the MLX prompt cache was lost by an interrupted call; "
                                       "call reset() before decoding again")
-        model, cache = self._model, self._cache
-        ahead: Any = None  # the target's token after the sequence, when its last token is fed
+        ahead: Any = None
         if self._pending is None:  # the cache holds the whole history
             if self._y is not None:
                 ahead = self._y
-            else:  # (after save_slot) take its last token back out to verify it with drafts
-                if trim(cache, 1) != 1:
+            else:
+                if trim(self._cache, 1) != 1:
                     self._stale = True
                     raise BackendRuntimeError("the MLX prompt cache could not be trimmed")
                 self._n_kv -= 1
                 self._pending = self._sequence[-1]
         self._logits = self._y = None
-        # as _decode: when the stream surely ends with this step, its last token is not fed
-        ends = self._stream_ends_with(max_tokens)
-        made = 0  # tokens this step produced so far
+        return ahead
 
-        def feed_ahead(y: Any) -> int:
-            """One token decoded the way the plain path does: fed before waiting for it."""
-            nonlocal ahead
-            if ends and made + 1 == max_tokens:
-                ahead = None
-                tok: int = y.item()
-                self._pending = tok
-            else:
-                ahead = _greedy(model(y[None], cache=cache)[:, -1, :])
-                self._n_kv += 1
-                mx.async_eval(ahead)  # type: ignore[no-untyped-call,unused-ignore]
-                tok = y.item()
-            if not self._n_kv & 255:
-                mx.clear_cache()  # as generate_step, every 256 tokens
-            return tok
-
-        def verify(_seq: Sequence[int], drafts: list[int]) -> tuple[list[int], int]:
-            nonlocal ahead, made
-            start = self._n_kv
-            pending = self._pending
-            try:
-                with mx.stream(COMPUTE_STREAM):
-                    if ahead is None:  # feed the pending token (with the drafts, if any)
-                        logits = model(mx.array([pending, *drafts], dtype=mx.uint32)[None],
-                                       cache=cache)
-                        self._n_kv += 1 + len(drafts)
-                        self._pending = None
-                        targets = _greedy(logits[0])
-                        last = start  # cache position of the sequence's last token
-                    elif drafts:
-                        logits = model(mx.array(drafts, dtype=mx.uint32)[None], cache=cache)
-                        self._n_kv += len(drafts)
-                        targets = mx.concatenate([ahead, _greedy(logits[0])])
-                        last = start - 1
-                    else:
-                        targets = ahead
-                        last = start - 1
-                    if not drafts:
-                        tok = feed_ahead(targets[-1:])
-                        made += 1
-                        return [tok], 0
-                    verdict = cast(list[int], targets.tolist())
-            except BaseException:
-                self._rollback(start)
-                self._pending = pending
-                if made:  # tokens this step made are in the cache, not in the history
-                    self._stale = True
-                raise
-            produced, n_ok = accept_greedy(drafts, verdict.__getitem__, self._ends_generation)
-            keep = last + len(produced)  # up to the last accepted draft; produced[-1] pends
-            extra = self._n_kv - keep  # the rejected drafts (and a fed end token)
-            if extra and trim(cache, extra) != extra:
+    def _verify(self, _seq: Sequence[int], drafts: list[int]) -> tuple[list[int], int]:
+        r = self._round
+        start, pending = self._n_kv, self._pending
+        try:
+            with mx.stream(COMPUTE_STREAM):
+                targets, last = self._forward_drafts(drafts, r.ahead)
+                if not drafts:
+                    tok = self._feed_ahead(targets[-1:], r)
+                    r.made += 1
+                    return [tok], 0
+                verdict = cast(list[int], targets.tolist())
+        except BaseException:
+            self._rollback(start)
+            self._pending = pending
+            if r.made:  # tokens this step made are in the cache, not in the history
                 self._stale = True
-                raise BackendRuntimeError("the MLX prompt cache could not be trimmed")
-            if keep >> 8 != start >> 8:
-                mx.clear_cache()  # as generate_step, every 256 tokens
-            self._n_kv = keep
-            self._pending = produced[-1]
-            ahead = None
-            made += len(produced)
-            return produced, n_ok
+            raise
+        produced, n_ok = accept_greedy(drafts, verdict.__getitem__, self._ends_generation)
+        keep = last + len(produced)  # up to the last accepted draft; produced[-1] pends
+        extra = self._n_kv - keep  # the rejected drafts (and a fed end token)
+        if extra and trim(self._cache, extra) != extra:
+            self._stale = True
+            raise BackendRuntimeError("the MLX prompt cache could not be trimmed")
+        if keep >> 8 != start >> 8:
+            mx.clear_cache()  # as generate_step, every 256 tokens
+        self._n_kv = keep
+        self._pending = produced[-1]
+        r.ahead = None
+        r.made += len(produced)
+        return produced, n_ok
 
-        out = self._speculate(max_tokens, verify)
-        if ahead is not None:  # the plain path's state: the whole sequence cached, next queued
-            self._y = ahead
-        return out
+    def _forward_drafts(self, drafts: list[int], ahead: Any) -> tuple[Any, int]:
+        """The target's token at every position of the round (lazy) and the cache position of
+        the sequence's last token: one model call over ``[pending, *drafts]``, or over
+        ``drafts`` with ``ahead`` as d1's target when the last token is already fed."""
+        model, cache, start = self._model, self._cache, self._n_kv
+        if ahead is None:  # feed the pending token (with the drafts, if any)
+            logits = model(mx.array([self._pending, *drafts], dtype=mx.uint32)[None],
+                           cache=cache)
+            self._n_kv += 1 + len(drafts)
+            self._pending = None
+            return _greedy(logits[0]), start
+        if not drafts:
+            return ahead, start - 1
+        logits = model(mx.array(drafts, dtype=mx.uint32)[None], cache=cache)
+        self._n_kv += len(drafts)
+        return mx.concatenate([ahead, _greedy(logits[0])]), start - 1
+
+    def _feed_ahead(self, y: Any, r: _Round) -> int:
+        """One token decoded the way the plain path does: its forward pass queued before
+        waiting for its value (unless it is the stream's last: then it pends)."""
+        if r.ends and r.made + 1 == r.max_tokens:
+            r.ahead = None
+            tok: int = y.item()
+            self._pending = tok
+        else:
+            r.ahead = _greedy(self._model(y[None], cache=self._cache)[:, -1, :])
+            self._n_kv += 1
+            mx.async_eval(r.ahead)  # type: ignore[no-untyped-call,unused-ignore]
+            tok = y.item()
+        if not self._n_kv & 255:
+            mx.clear_cache()  # as generate_step, every 256 tokens
+        return tok
 
     def _reset(self) -> None:
         self._cache = make_prompt_cache(self._model)
