@@ -14,7 +14,8 @@ buffer types as the seam on this host, 2 threads):
   that already opened (and closed) the tiny bundle: what a second load costs once the one-time
   costs of the process (plugin discovery, llama.cpp's backend init) are paid.
 
-Timed from just before the call to its return, with every import already done (imports are
+Timed from just before the call to its return, with every import already done (the seam's
+includes plugin discovery and availability probes, a one-time cost per process; imports are
 measured separately: ``import eliza_backends`` and ``eliza-backends --help`` wall time, fresh
 processes, median of ``--repeat``, plus ``-X importtime``'s own total for the import).
 Reported: median and min-max per contender, and the seam's ratio to each.
@@ -56,7 +57,9 @@ def _extra_buffers() -> bool:
 
 
 def load_seam(gguf: Path, warm: bool = False) -> float:
-    import llama_cpp  # noqa: F401 - the runtime import is not load time
+    # imports are not load time (the llama_cpp contenders import llama_cpp first too);
+    # plugin discovery is: it is open_stream's work
+    import eliza_llamacpp.session  # noqa: F401
 
     from eliza_backends import open_stream
 
@@ -190,6 +193,7 @@ def main() -> None:
     result = {
         "loads": {m: {c: _summary(v) for c, v in per.items()} for m, per in loads.items()},
         "imports": {k: _summary(v) for k, v in imports.items()},
+        "samples": {"loads": loads, "imports": imports},
         "settings": {"n_ctx": N_CTX, "n_batch": N_BATCH, "threads": THREADS,
                      "repeat": args.repeat},
     }
