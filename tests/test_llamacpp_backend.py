@@ -161,8 +161,10 @@ def test_corrupted_gguf_is_a_bundle_error(tmp_path: Path, mutate: str) -> None:
 def test_gguf_check_accepts_the_real_files() -> None:
     from eliza_llamacpp.gguf_header import check_gguf
 
-    header = check_gguf(TINY_BUNDLE / "text" / "tiny-f16.gguf")
-    assert header.version == 3 and "tokenizer.chat_template" in header.keys
+    path = TINY_BUNDLE / "text" / "tiny-f16.gguf"
+    header = check_gguf(path)
+    assert header.version == 3 and header.n_tensors == 21 and header.n_kv == 26
+    assert header.size == path.stat().st_size
 
 
 def test_generation_with_sampling_runs_and_is_seeded() -> None:

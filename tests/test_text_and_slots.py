@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from eliza_backends import SlotError
-from eliza_backends.slots import MAGIC, read_slot, write_slot
+from eliza_backends.slots import read_slot, write_slot
 from eliza_backends.text import TextAssembler, byte_level_pieces
 
 
@@ -97,12 +97,14 @@ def test_slot_reader_on_mutations_of_a_good_file(tmp_path: Path) -> None:
     _write(tmp_path / "s")
     good = (tmp_path / "s").read_bytes()
     head_len = struct.unpack_from("<I", good, 8)[0]
-    header = json.loads(good[12:12 + head_len])
+    start = 8 + 4 + 32
+    header = json.loads(good[start:start + head_len])
     variants = [good[:n] for n in range(0, len(good) - 1, 7)]
-    variants.append(MAGIC + struct.pack("<I", 1 << 30) + good[12:])
+    variants.append(good[:8] + struct.pack("<I", 1 << 30) + good[12:])
     header["tokens"] = ["x"]
-    variants.append(good[:8] + struct.pack("<I", len(json.dumps(header))) +
-                    json.dumps(header).encode() + b"payload")
+    text = json.dumps(header).encode()
+    variants.append(good[:8] + struct.pack("<I", len(text)) + good[12:start] + text + b"payload")
+    variants += [good[:i] + bytes([good[i] ^ 1]) + good[i + 1:] for i in range(len(good))]
     for blob in variants:
         (tmp_path / "v").write_bytes(blob)
         with pytest.raises(SlotError):

@@ -12,13 +12,9 @@ Importing this package, listing backends and selecting one never import a heavy 
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from .backend import Availability, Capabilities, Decoded, Factory, Session, Step
-from .bundle import BundleManifest, create_bundle, load_manifest, verify_bundle, write_manifest
-from .chat import TemplateError, render_chat
-from .config import StreamConfig
-from .context import InferenceContext
 from .errors import (
     BackendRuntimeError,
     BackendSelectionError,
@@ -34,30 +30,122 @@ from .errors import (
     Status,
     UnsupportedOperationError,
 )
-from .hookspecs import hookimpl
-from .model_info import ModelInfo
-from .registry import BackendInfo, Registry, list_backends, plugin_problems
-from .selector import SelectionReport, explain, select
-from .stream import Stream, StreamMetrics, generate, generate_chat, open_stream
 
-__version__ = "0.1.0"
-
-# The OpenAI-shaped API defines ~20 pydantic models: imported on first use, so that
-# ``import eliza_backends`` does not pay for them.
-_LAZY = frozenset({"chat_completion", "completion"})
 if TYPE_CHECKING:
+    from .backend import Availability, Capabilities, Decoded, Factory, Session, Step
+    from .bundle import BundleManifest, create_bundle, load_manifest, verify_bundle, write_manifest
+    from .chat import RenderLimits, TemplateError, TemplateLimitError, render_chat
     from .completions import chat_completion, completion
+    from .config import StreamConfig
+    from .context import InferenceContext
+    from .hookspecs import hookimpl
+    from .model_info import ModelInfo
+    from .registry import BackendInfo, Registry, list_backends, plugin_problems
+    from .selector import SelectionReport, explain, select
+    from .stream import Stream, StreamMetrics, generate, generate_chat, open_stream
+
+# Everything but the errors is imported on first use (PEP 562), so ``import eliza_backends``
+# and the command line's ``--help`` cost a few milliseconds; the module named here is imported
+# the first time one of its names is looked up.
+_LAZY: dict[str, str] = {
+    "Availability": "backend",
+    "BackendInfo": "registry",
+    "BundleManifest": "bundle",
+    "Capabilities": "backend",
+    "Decoded": "backend",
+    "Factory": "backend",
+    "InferenceContext": "context",
+    "ModelInfo": "model_info",
+    "Registry": "registry",
+    "SelectionReport": "selector",
+    "Session": "backend",
+    "Step": "backend",
+    "Stream": "stream",
+    "StreamConfig": "config",
+    "StreamMetrics": "stream",
+    "RenderLimits": "chat",
+    "TemplateError": "chat",
+    "TemplateLimitError": "chat",
+    "chat_completion": "completions",
+    "completion": "completions",
+    "create_bundle": "bundle",
+    "explain": "selector",
+    "generate": "stream",
+    "generate_chat": "stream",
+    "hookimpl": "hookspecs",
+    "list_backends": "registry",
+    "load_manifest": "bundle",
+    "open_stream": "stream",
+    "plugin_problems": "registry",
+    "render_chat": "chat",
+    "select": "selector",
+    "verify_bundle": "bundle",
+    "write_manifest": "bundle",
+}
+
+
+def _submodule(name: str) -> ModuleType:
+    """One of the modules named in ``_LAZY``, imported on first use (each import is static:
+    no module name is computed)."""
+    if name == "backend":
+        from . import backend
+
+        return backend
+    if name == "bundle":
+        from . import bundle
+
+        return bundle
+    if name == "chat":
+        from . import chat
+
+        return chat
+    if name == "completions":  # the OpenAI-shaped API (~20 pydantic models)
+        from . import completions
+
+        return completions
+    if name == "config":
+        from . import config
+
+        return config
+    if name == "context":
+        from . import context
+
+        return context
+    if name == "hookspecs":
+        from . import hookspecs
+
+        return hookspecs
+    if name == "model_info":
+        from . import model_info
+
+        return model_info
+    if name == "registry":
+        from . import registry
+
+        return registry
+    if name == "selector":
+        from . import selector
+
+        return selector
+    from . import stream
+
+    return stream
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        from . import completions
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'eliza_backends' has no attribute {name!r}")
+    value = getattr(_submodule(module), name)
+    globals()[name] = value
+    return value
 
-        value = getattr(completions, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__version__ = "0.1.0"
 
 __all__ = [
     "Availability",
@@ -77,6 +165,7 @@ __all__ = [
     "ModelInfo",
     "PluginError",
     "Registry",
+    "RenderLimits",
     "SelectionReport",
     "Session",
     "SessionBusyError",
@@ -88,6 +177,7 @@ __all__ = [
     "StreamConfig",
     "StreamMetrics",
     "TemplateError",
+    "TemplateLimitError",
     "UnsupportedOperationError",
     "__version__",
     "chat_completion",

@@ -495,6 +495,14 @@ class Session(ABC):
         their ids (turn it off for text you did not write: chat content, documents)."""
         if not isinstance(text, str):
             raise InvalidArgumentError(f"tokenize() takes str, got {type(text).__name__}")
+        if not text.isascii():  # every backend hands text on as UTF-8
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise InvalidArgumentError(
+                    f"tokenize(): the text holds a lone surrogate {text[exc.start]!r} at index "
+                    f"{exc.start}, which is not valid Unicode text (often from json.loads of "
+                    "'\\ud800'); decode the source with errors='replace' or drop it") from None
         self.__check_open()
         return self._tokenize(text, add_special, parse_special)
 

@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
@@ -15,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .backend import Session, Step
-from .chat import common_prefix
+from .chat import common_prefix, render_bounds
 from .chat_tokens import chat_token_ids
 from .config import StreamConfig
 from .context import InferenceContext
@@ -114,15 +113,19 @@ class Stream:
         """Render chat ``messages`` with the model's template (or ``config.chat_template``) and
         tokenize the result (no BOS added: templates write their own). Prefills nothing.
         Message content is never read as control tokens: ``"<|end|>"`` in a message is text
-        (see :mod:`eliza_backends.chat_tokens`)."""
+        (see :mod:`eliza_backends.chat_tokens`). Rendering is bounded
+        (:class:`~eliza_backends.chat.RenderLimits`) and :meth:`cancel` stops it with
+        :class:`CancelledError`.
+        """
         session = self.session
         template = self.config.chat_template or session.chat_template
         if not template:
             raise UnsupportedOperationError(
                 f"the model served by {self.backend} ships no chat template; pass one with "
                 "StreamConfig(chat_template=...) or prefill text yourself")
-        return chat_token_ids(session, template, messages,
-                              add_generation_prompt=add_generation_prompt)
+        with render_bounds(cancelled=lambda: session.cancelled):
+            return chat_token_ids(session, template, messages,
+                                  add_generation_prompt=add_generation_prompt)
 
     def prefill_reusing(self, token_ids: Sequence[int]) -> int:
         """Make the session's sequence exactly ``token_ids``, ready to generate from, prefilling
@@ -177,6 +180,8 @@ class Stream:
     async def __aiter__(self) -> AsyncIterator[Step]:
         """Steps computed in a worker thread, so the event loop keeps running. Cancelling the
         awaiting task cancels the session."""
+        import asyncio  # only async callers pay for it
+
         while True:
             try:
                 step = await asyncio.to_thread(self.next)

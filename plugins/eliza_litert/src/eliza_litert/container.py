@@ -14,11 +14,13 @@
 The header flatbuffer and the LlmMetadata protobuf are decoded here with bounds checks (no
 flatbuffers/protobuf dependency, no generated code); anything malformed is a
 :class:`~eliza_backends.BundleError`. ``.tflite`` files are checked for their flatbuffer
-identifier ``TFL3`` and a root offset inside the file before the interpreter loads them.
+structure (every table, offset and index the runtimes read, :mod:`.tflite_check`) before a
+runtime loads them.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 import zlib
@@ -26,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eliza_backends import BundleError
+
+from .tflite_check import check_tflite_buffer
 
 MAGIC = b"LITERTLM"
 HEADER_BEGIN = 32
@@ -104,6 +108,20 @@ class Container:
         data = self.read(sec)
         check_tflite_bytes(data, f"{self.path} (section {sec.index})")
         return data
+
+    def check_tflite_section(self) -> None:
+        """Validate the prefill/decode TFLite section in place (memory-mapped, not copied)."""
+        sec = self.find("TFLiteModel", model_type="tf_lite_prefill_decode") or \
+            self.find("TFLiteModel")
+        if sec is None:
+            raise _bad(self.path, "it holds no TFLiteModel section")
+        with open(self.path, "rb") as f, \
+                mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            view = memoryview(mapped)[sec.begin:sec.end]
+            try:
+                check_tflite_buffer(view, f"{self.path} (section {sec.index})")
+            finally:
+                view.release()
 
     def hf_tokenizer_json(self) -> str | None:
         """The HF ``tokenizer.json`` text, if the container has one."""
@@ -354,34 +372,24 @@ def parse_llm_metadata(data: bytes, path: Path | str = "LlmMetadata") -> LlmMeta
 
 
 def check_tflite_bytes(data: bytes, name: str) -> None:
-    """Refuse bytes that are not a TFLite flatbuffer (identifier ``TFL3``, root in range)."""
-    if len(data) < 16 or data[4:8] != b"TFL3":
-        raise BundleError(f"{name} is not a valid TFLite model: bad header (expected the "
-                          "flatbuffer identifier b'TFL3' at byte 4). The file may be truncated "
-                          "or corrupted; export it again")
-    (root,) = struct.unpack_from("<I", data, 0)
-    if not 8 <= root < len(data) - 4:
-        raise BundleError(f"{name} is not a valid TFLite model: root table offset {root} is "
-                          f"outside its {len(data)} bytes (truncated?)")
+    """Refuse bytes that are not a structurally valid TFLite model (see :mod:`.tflite_check`)."""
+    check_tflite_buffer(data, name)
 
 
 def check_tflite(path: str | os.PathLike[str]) -> int:
-    """Check a ``.tflite`` file's header; returns its size."""
+    """Validate a ``.tflite`` file's flatbuffer (memory-mapped: the weights are not read);
+    returns its size."""
     p = Path(path)
     try:
-        size = p.stat().st_size
         with open(p, "rb") as f:
-            head = f.read(16)
+            size = os.fstat(f.fileno()).st_size
+            if size < 16:
+                raise BundleError(f"{p} is not a valid TFLite model: {size} bytes is too short "
+                                  "for a flatbuffer. The file may be truncated; export it again")
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                check_tflite_buffer(mapped, str(p))
     except OSError as exc:
         raise BundleError(f"cannot read {p}: {exc.strerror or exc}") from None
-    if len(head) < 16 or head[4:8] != b"TFL3":
-        raise BundleError(f"{p} is not a valid TFLite model: bad header (expected the "
-                          "flatbuffer identifier b'TFL3' at byte 4). The file may be truncated "
-                          "or corrupted; export it again")
-    (root,) = struct.unpack_from("<I", head, 0)
-    if not 8 <= root < size - 4:
-        raise BundleError(f"{p} is not a valid TFLite model: root table offset {root} is "
-                          f"outside its {size} bytes (truncated?)")
     return size
 
 

@@ -97,6 +97,7 @@ def load_engine(path: Path, rung: Rung, threads: int | None, cache_dir: str | No
     """Check the container, then start the engine on the rung's LiteRT-LM backend."""
     _quiet_native_logs()
     container = read_container(path)
+    container.check_tflite_section()  # the engine reads the model itself: check it first
     spec = container.hf_tokenizer_json()
     if spec is None:
         raise BundleError(f"{path} has no HF tokenizer section; the engine session needs one to "

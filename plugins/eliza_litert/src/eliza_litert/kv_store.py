@@ -13,7 +13,20 @@ from typing import Any
 
 import numpy as np
 
+from eliza_backends import BackendRuntimeError
+
 from .model import LoadedModel
+
+
+def run(what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
+    """One runtime call; its RuntimeError / ValueError / MemoryError (a model that does not
+    prepare or run: inconsistent shapes, a tensor that cannot be allocated) becomes a typed
+    error instead of escaping raw."""
+    try:
+        return call(*args, **kwargs)
+    except (RuntimeError, ValueError, MemoryError) as exc:
+        raise BackendRuntimeError(f"LiteRT failed to run {what}: {exc}. The model is "
+                                  "inconsistent or corrupted; export it again") from None
 
 
 class NumpyKV:
@@ -26,12 +39,13 @@ class NumpyKV:
 
     def prefill(self, size: int, tokens: Any, positions: Any, mask: Any) -> None:
         with self.model.lock:
-            self.cache = self.model.prefill[size](tokens=tokens, input_pos=positions, mask=mask,
-                                                  **self.cache)
+            self.cache = run(f"prefill_{size}", self.model.prefill[size], tokens=tokens,
+                             input_pos=positions, mask=mask, **self.cache)
 
     def decode(self, tokens: Any, positions: Any, mask: Any) -> Any:
         with self.model.lock:
-            out = self.model.decode(tokens=tokens, input_pos=positions, mask=mask, **self.cache)
+            out = run("decode", self.model.decode, tokens=tokens, input_pos=positions, mask=mask,
+                      **self.cache)
         logits = out.pop("logits")[0, -1]
         self.cache = out
         return logits
@@ -75,13 +89,13 @@ class BufferKV:
     def prefill(self, size: int, tokens: Any, positions: Any, mask: Any) -> None:
         sig = self.model.prefill[size]
         with self.model.lock:
-            self.model.interpreter.run_by_name(sig, self._inputs(sig, tokens, positions, mask),
-                                               dict(self.kv))
+            run(sig, self.model.interpreter.run_by_name, sig,
+                run(sig, self._inputs, sig, tokens, positions, mask), dict(self.kv))
 
     def decode(self, tokens: Any, positions: Any, mask: Any) -> Any:
         with self.model.lock:
-            self.model.interpreter.run_by_name(
-                "decode", self._inputs("decode", tokens, positions, mask),
+            run("decode", self.model.interpreter.run_by_name, "decode",
+                run("decode", self._inputs, "decode", tokens, positions, mask),
                 {"logits": self.logits, **self.kv})
             return self.logits.read(self.model.info.vocab_size, np.float32)
 
@@ -99,4 +113,4 @@ class BufferKV:
         self.kv, self.small = {}, {}
 
 
-__all__ = ["BufferKV", "NumpyKV"]
+__all__ = ["BufferKV", "NumpyKV", "run"]

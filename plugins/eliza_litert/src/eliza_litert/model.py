@@ -120,6 +120,14 @@ def _load_runtime(path: Path, model_bytes: bytes | None, runtime: str, threads: 
     return it, prefill, decode, decode.get_input_details(), decode.get_output_details()
 
 
+def _physical_memory() -> int:
+    """Bytes of RAM on this host (a large number where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 50
+
+
 def load_model(path: Path, threads: int, runtime: str = "interpreter",
                accelerator: str = "cpu") -> LoadedModel:
     """Check the artifact, extract the TFLite model and tokenizer, build the interpreter (or
@@ -157,6 +165,10 @@ def load_model(path: Path, threads: int, runtime: str = "interpreter",
                           "logits output; this backend serves litert-torch exports")
     cache_specs = {k: (tuple(int(d) for d in v["shape"]), np.dtype(v["dtype"]))
                    for k, v in inputs.items() if k.startswith("kv_cache_")}
+    kv_bytes = sum(int(np.prod(shape)) * dt.itemsize for shape, dt in cache_specs.values())
+    if kv_bytes > _physical_memory():
+        raise BundleError(f"{path}: its KV cache takes {kv_bytes / 2**30:.1f} GiB, more than this "
+                          "host's memory; export it with a shorter cache_length")
     cache_len = int(inputs["mask"]["shape"][-1])
     vocab = int(outputs["logits"]["shape"][-1])
     if tok.vocab_size > vocab:

@@ -52,7 +52,7 @@ from eliza_backends.kv_cursor import KVCursor
 from eliza_backends.sampling import Sampler
 from eliza_backends.speculative import Drafter, accept_greedy
 
-from .kv_store import BufferKV, NumpyKV
+from .kv_store import BufferKV, NumpyKV, run
 from .ladder import Rung
 from .model import LoadedModel
 
@@ -72,8 +72,8 @@ class LiteRTSession(Session):
         # the Interpreter runs on XNNPACK (CPU) whatever the rung; the compiled model on the rung
         self.accelerator = "cpu" if model.runtime == "interpreter" else rung.engine_backend
         self.ladder_rung = rung.name
-        self._kv: NumpyKV | BufferKV = (BufferKV(model) if model.runtime == "compiled"
-                                        else NumpyKV(model))
+        self._kv: NumpyKV | BufferKV = run("the KV cache", BufferKV if model.runtime ==
+                                           "compiled" else NumpyKV, model)
         self._sampler = Sampler(config)
         self._logits: Any = None
         self._cursor = KVCursor()

@@ -26,7 +26,7 @@ from eliza_backends import (
     StreamConfig,
 )
 
-from . import LlamaCppOptions
+from . import LlamaCppOptions, model_checks, native_guard
 from .gguf_header import check_gguf
 
 log = logging.getLogger("eliza_llamacpp.native")
@@ -45,6 +45,8 @@ def _log_to_logging(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
     """Route llama.cpp's log lines into :mod:`logging` instead of raw stderr."""
     py_level = _last_level[0] if level == 5 else _LOG_LEVELS.get(level, logging.DEBUG)
     _last_level[0] = py_level
+    if py_level >= logging.WARNING:
+        native_guard.note(text.decode("utf-8", "replace").rstrip())
     if log.isEnabledFor(py_level):
         log.log(py_level, "%s", text.decode("utf-8", "replace").rstrip())
 
@@ -97,9 +99,39 @@ class LoadedModel:
 
 
 def load_model(path: Path, options: LlamaCppOptions) -> LoadedModel:
-    """Check the GGUF header, then load it with llama.cpp."""
+    """Check the GGUF header, then load it with llama.cpp on a contained thread: a file whose
+    values make llama.cpp abort is a :class:`BundleError`, not the end of the process (see
+    :mod:`eliza_llamacpp.native_guard`)."""
     check_gguf(path)
     _init_backend()
+    try:
+        return native_guard.contained(lambda: _load_native(path, options), release=free_model)
+    except native_guard.NativeAbort as exc:
+        raise BundleError(f"{path} cannot be loaded: llama.cpp aborted on it ("
+                          f"{_abort_reason(str(exc), exc.log_lines)}) while {exc.stage}; the file "
+                          "is corrupted or was written by a broken converter: fetch or convert "
+                          "it again") from None
+
+
+def _abort_reason(message: str, lines: list[str]) -> str:
+    where, sep, what = message.rpartition(": ")
+    reason = f"{what} at {where.rsplit('/', 1)[-1]}" if sep else message
+    said = _most_telling(lines)
+    return f"{reason}; it logged: {said}" if said else reason
+
+
+def _most_telling(lines: list[str]) -> str | None:
+    """The last line llama.cpp logged that names an error (else one that names a failure)."""
+    for word in ("error", "fail"):
+        found = [line for line in lines if word in line.lower()]
+        if found:
+            return found[-1]
+    return None
+
+
+def _load_native(path: Path, options: LlamaCppOptions) -> LoadedModel:
+    """Everything that reads the file's values natively (runs on the contained thread), in
+    O(metadata keys) native calls: no per-vocabulary-entry scan."""
     params = lc.llama_model_default_params()
     params.n_gpu_layers = options.n_gpu_layers
     if options.use_mmap is not None:
@@ -108,26 +140,40 @@ def load_model(path: Path, options: LlamaCppOptions) -> LoadedModel:
     params.use_extra_bufts = use_extra_buffers(options)
     ptr = lc.llama_model_load_from_file(str(path).encode(), params)
     if not ptr:
-        raise BundleError(f"llama.cpp could not load {path} (unsupported architecture or "
-                          "corrupted tensors; enable logging for 'eliza_llamacpp.native')")
-    vocab = lc.llama_model_get_vocab(ptr)
-    n_vocab = lc.llama_vocab_n_tokens(vocab)
-    eog = frozenset(t for t in range(n_vocab) if lc.llama_vocab_is_eog(vocab, t))
-    bos = lc.llama_vocab_bos(vocab)
-    eos = lc.llama_vocab_eos(vocab)
-    template = lc.llama_model_chat_template(ptr, None)
-    template_tokens = {
-        key: lc.llama_vocab_get_text(vocab, tok).decode("utf-8", "replace")
-        for key, tok in (("bos_token", bos), ("eos_token", eos)) if 0 <= tok < n_vocab}
-    add_bos = bool(lc.llama_vocab_get_add_bos(vocab))
-    model = LoadedModel(path=path, ptr=ptr, vocab=vocab, _pieces=[None] * n_vocab)
-    model.info = ModelInfo(
-        vocab_size=n_vocab, eog_token_ids=eog,
-        bos_token_id=bos if add_bos and bos >= 0 else None,
-        chat_template=template.decode("utf-8") if template else None,
-        template_tokens=template_tokens, artifact=path, runtime=RUNTIME,
-        control_tokens=model.control_texts)
-    return model
+        said = _most_telling(native_guard.logged()) or "unsupported architecture or corrupted " \
+            "tensors"
+        raise BundleError(f"llama.cpp could not load {path}: {said} (enable logging for "
+                          "'eliza_llamacpp.native' for more)")
+    try:
+        vocab = lc.llama_model_get_vocab(ptr)
+        model_checks.check_vocabulary(vocab, path)
+        meta = model_checks.metadata(ptr)
+        model_checks.check_compute_values(meta, path)
+        n_vocab = lc.llama_vocab_n_tokens(vocab)
+        eog = model_checks.eog_token_ids(ptr, vocab, meta)
+        bos = lc.llama_vocab_bos(vocab)
+        eos = lc.llama_vocab_eos(vocab)
+        template = lc.llama_model_chat_template(ptr, None)
+        try:
+            chat_template = template.decode("utf-8") if template else None
+        except UnicodeDecodeError as exc:
+            raise BundleError(f"{path}: tokenizer.chat_template is not UTF-8 (byte "
+                              f"{exc.start}); re-convert the model or pass "
+                              "StreamConfig(chat_template=...)") from None
+        template_tokens = {
+            key: lc.llama_vocab_get_text(vocab, tok).decode("utf-8", "replace")
+            for key, tok in (("bos_token", bos), ("eos_token", eos)) if 0 <= tok < n_vocab}
+        add_bos = bool(lc.llama_vocab_get_add_bos(vocab))
+        model = LoadedModel(path=path, ptr=ptr, vocab=vocab, _pieces=[None] * n_vocab)
+        model.info = ModelInfo(
+            vocab_size=n_vocab, eog_token_ids=eog,
+            bos_token_id=bos if add_bos and bos >= 0 else None,
+            chat_template=chat_template, template_tokens=template_tokens, artifact=path,
+            runtime=RUNTIME, control_tokens=model.control_texts)
+        return model
+    except BaseException:
+        lc.llama_model_free(ptr)
+        raise
 
 
 def host_has_amx() -> bool:
@@ -176,7 +222,7 @@ def new_context(model: LoadedModel, config: StreamConfig, n_ubatch: int | None,
     params.n_seq_max = 1
     params.n_threads = params.n_threads_batch = threads
     params.no_perf = True
-    ctx = lc.llama_init_from_model(model.ptr, params)
+    ctx = model_checks.new_context(model.ptr, params, model.path)
     if not ctx:
         raise BackendRuntimeError(
             f"llama.cpp could not create {what} of {config.context_size} tokens; lower "
