@@ -29,8 +29,7 @@ import operator
 import os
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, final
@@ -50,10 +49,11 @@ from .errors import (
     Status,
     UnsupportedOperationError,
 )
+from .interrupts import SigintDeferral
 from .model_info import ModelInfo
 from .slots import read_slot, write_slot
 from .speculative import Drafter, NgramDrafter, Verify, speculate
-from .text import TextAssembler
+from .text import AssemblerState, TextAssembler
 
 if TYPE_CHECKING:
     from .context import InferenceContext
@@ -81,11 +81,17 @@ class Step:
 
 @dataclass(frozen=True, slots=True)
 class Decoded:
-    """What a backend's ``_decode`` hook returns: generated ids and speculative counts."""
+    """What a backend's ``_decode`` hook returns: generated ids and speculative counts.
+
+    ``finish``: the runtime ended the stream itself without handing back a token that says so
+    (a text-level runtime stops at an end token it does not return, or at its own output
+    budget): the stream ends after ``tokens`` with this reason. Never invent a token for it.
+    """
 
     tokens: list[int]
     drafted: int = 0
     accepted: int = 0
+    finish: FinishReason | None = None
 
 
 @dataclass(frozen=True)
@@ -179,9 +185,15 @@ class Session(ABC):
         self.__drafter = drafter
         self.__history: list[int] = []
         self.__cancel = threading.Event()
-        #: Helper: the cancel flag's ``is_set``, for hot loops (``if cancelled(): ...``).
-        self._cancel_requested: Callable[[], bool] = self.__cancel.is_set
+        # why the session is cancelled, when it was not cancel(): an interrupted call that left
+        # state only a reset repairs
+        self.__cancel_reason: str | None = None
+        # set by a deferred SIGINT: the running call stops at its next safe point
+        self.__interrupt = threading.Event()
+        self.__deferral = SigintDeferral(self.__interrupt)
         self.__lock = threading.Lock()
+        self.__owner: int | None = None  # the thread inside a call (for re-entrant calls)
+        self.__closing = False
         self.__closed = False
         self.__ready = False  # True when the last prefill left logits to sample from
         self.__finished = False
@@ -310,25 +322,40 @@ class Session(ABC):
     @final
     def prefill(self, token_ids: Sequence[int]) -> None:
         """Feed prompt tokens. Raises :class:`InvalidArgumentError` for empty, non-integer or
-        out-of-vocabulary ids, :class:`ContextFullError` when they do not fit."""
+        out-of-vocabulary ids, :class:`ContextFullError` when they do not fit.
+
+        An exception from the runtime, or a ``KeyboardInterrupt`` (see
+        :mod:`eliza_backends.interrupts`), leaves the session as it was before the call
+        (prefill again before ``next()``)."""
         ids = self.__check_tokens(token_ids, what="prefill")
         if not ids:
             raise InvalidArgumentError("prefill() needs at least one token id")
-        with self.__consumer("prefill"):
+        self.__begin("prefill", guarded=True)
+        try:
             history = self.__history
-            room = self.__n_ctx - len(history)
+            n = len(history)
+            room = self.__n_ctx - n
             if len(ids) > room:
                 raise ContextFullError(
-                    f"prefill of {len(ids)} tokens does not fit: {len(history)} of "
+                    f"prefill of {len(ids)} tokens does not fit: {n} of "
                     f"{self.__n_ctx} context positions are used ({room} free); raise "
                     "context_size, or reset()/reset_keep() first")
             self.__ready = False
-            self._prefill(ids)
-            history.extend(ids)
+            try:
+                self._prefill(ids)
+                history.extend(ids)
+            except BaseException as exc:
+                self.__recover("prefill", exc, n, None)
+                raise
+            if self.__deferral.interrupting:  # Ctrl-C after the last safe point: undone too
+                self.__recover("prefill", None, n, None)
+                return
             self.__ready = True
             self.__finished = False
             self.__generated = 0
             self.__assembler = TextAssembler(self.config.stop)
+        finally:
+            self.__end(guarded=True)
 
     @final
     def next(self, max_tokens: int | None = None) -> Step:
@@ -339,11 +366,16 @@ class Session(ABC):
         Returns a final :class:`Step` when an end-of-generation token, a stop string, the
         ``config.max_tokens`` budget or the context window ends the stream; calling again after
         that returns an empty final step until the next prefill.
+
+        A step that fails (an exception from the runtime, a ``KeyboardInterrupt``) has no
+        effect: :attr:`history` and the KV cache stay the sequence of the steps returned so
+        far, and ``next()`` continues from there. Only :meth:`cancel` makes the session refuse
+        calls until ``reset()`` / ``reset_keep()``.
         """
         if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(
                 max_tokens, int) or max_tokens < 1):
             raise InvalidArgumentError(f"max_tokens must be a positive int, got {max_tokens!r}")
-        self.__acquire("next")  # the hot path: no context-manager machinery
+        self.__begin("next", guarded=True)  # the hot path: no context-manager machinery
         try:
             if self.__finished:
                 return Step((), "", final=True, finish_reason=None)
@@ -352,24 +384,32 @@ class Session(ABC):
                                            "continue from")
             want = max_tokens or self.__default_step
             budget = self.config.max_tokens - self.__generated
-            room = self.__n_ctx - len(self.__history)
+            history = self.__history
+            n = len(history)
+            room = self.__n_ctx - n
             if room <= 0:
                 return self.__finish((), "", 0, 0, "context")
-            out = self._decode(min(want, budget, room))
-            return self.__assemble(out, budget, room)
+            before = (self.__generated, self.__assembler.state())
+            try:
+                out = self._decode(min(want, budget, room))
+                step = self.__assemble(out, budget, room)
+            except BaseException as exc:
+                self.__recover("next", exc, n, before)
+                raise
+            if self.__deferral.interrupting:  # Ctrl-C after the last safe point: the caller
+                self.__recover("next", None, n, before)  # never sees this step, so undo it
+            return step
         finally:
-            self.__lock.release()
+            self.__end(guarded=True)
 
     def __assemble(self, out: Decoded, budget: int, room: int) -> Step:
         eog = self.__eog
         ignore_eos = self.config.ignore_eos
         assembler = self.__assembler
-        history = self.__history
         texts: list[str] = []
         kept: list[int] = []
         reason: FinishReason | None = None
         for tok in out.tokens:
-            history.append(tok)
             kept.append(tok)
             if tok in eog and not ignore_eos:
                 reason = "eos"
@@ -378,13 +418,15 @@ class Session(ABC):
             if assembler.stopped:
                 reason = "stop"
                 break
+        # every decoded token joins the history (tokens past an end too: it stays the KV's)
+        self.__history.extend(out.tokens)
         self.__generated += len(out.tokens)
-        if len(kept) < len(out.tokens):  # tokens past an end were decoded: keep history true
-            history.extend(out.tokens[len(kept):])
         if reason is None and len(out.tokens) >= budget:
             reason = "length"
         elif reason is None and len(out.tokens) >= room:
             reason = "context"
+        elif reason is None and out.finish is not None:
+            reason = out.finish
         if reason is None:
             return Step(tuple(kept), "".join(texts), out.drafted, out.accepted)
         if reason != "stop":
@@ -412,31 +454,52 @@ class Session(ABC):
 
     @final
     def reset(self) -> None:
-        """Forget everything: KV cache, history, sampler state, a pending cancel."""
-        with self.__consumer("reset", allow_cancelled=True):
-            self._reset()
+        """Forget everything: KV cache, history, sampler state, a pending cancel.
+
+        Right after a cancel (``cancel()``, a cancelled ``async for``) it waits for the call
+        still running in another thread to stop at its next safe point."""
+        self.__begin("reset", allow_cancelled=True, guarded=True)
+        try:
+            try:
+                self._reset()
+            except BaseException as exc:
+                self.__broken("reset", exc)
+                raise
             self.__after_rewind(0)
+        finally:
+            self.__end(guarded=True)
 
     @final
     def reset_keep(self, n_keep: int) -> int:
         """Keep the first ``n_keep`` tokens of the sequence, drop the rest; returns how many
         were kept: ``min(n_keep, n_past)``, or 0 when the backend cannot keep a prefix (it did a
-        full reset). Clears a pending cancel. Prefill again before ``next()``."""
+        full reset). Clears a pending cancel (waiting, like :meth:`reset`, for a cancelled call
+        in another thread). Prefill again before ``next()``."""
         if isinstance(n_keep, bool) or not isinstance(n_keep, int) or n_keep < 0:
             raise InvalidArgumentError(f"n_keep must be an int >= 0, got {n_keep!r}")
-        with self.__consumer("reset_keep", allow_cancelled=True):
+        self.__begin("reset_keep", allow_cancelled=True, guarded=True)
+        try:
             n = min(n_keep, len(self.__history))
-            if n == 0 or not self._truncate(n):
-                self._reset()
-                n = 0
+            try:
+                if self.__drafter is not None:
+                    self.__drafter.truncate(n)
+                if n == 0 or not self._truncate(n):
+                    self._reset()
+                    n = 0
+            except BaseException as exc:
+                self.__broken("reset_keep", exc)
+                raise
             self.__after_rewind(n)
             return n
+        finally:
+            self.__end(guarded=True)
 
     def __after_rewind(self, n: int) -> None:
         del self.__history[n:]
         if self.__drafter is not None:
             self.__drafter.truncate(n)
         self.__cancel.clear()
+        self.__cancel_reason = None
         self.__ready = False
         self.__finished = False
         self.__generated = 0
@@ -450,13 +513,21 @@ class Session(ABC):
         if not self.capabilities.slots:
             raise UnsupportedOperationError(
                 f"{self.backend_name} sessions cannot save slots (capabilities.slots is False)")
-        with self.__consumer("save_slot"):
+        self.__begin("save_slot", guarded=True)
+        try:
             if not self.__history:
                 raise InvalidArgumentError("nothing to save: prefill first")
             info = self.__info
-            payload = self._save_state()
+            n = len(self.__history)
+            try:
+                payload = self._save_state()
+            except BaseException as exc:
+                self.__recover("save_slot", exc, n, None)
+                raise
             write_slot(path, {"backend": self.backend_name, "model_fingerprint": info.fingerprint,
                               "runtime": info.runtime, "tokens": list(self.__history)}, payload)
+        finally:
+            self.__end(guarded=True)
 
     @final
     def restore_slot(self, path: str | os.PathLike[str]) -> None:
@@ -468,7 +539,8 @@ class Session(ABC):
         if not self.capabilities.slots:
             raise UnsupportedOperationError(
                 f"{self.backend_name} sessions cannot restore slots (capabilities.slots is False)")
-        with self.__consumer("restore_slot", allow_cancelled=True):
+        self.__begin("restore_slot", allow_cancelled=True, guarded=True)
+        try:
             info = self.__info
             header, payload = read_slot(path, backend=self.backend_name,
                                         model_fingerprint=info.fingerprint, runtime=info.runtime)
@@ -482,17 +554,27 @@ class Session(ABC):
             if len(tokens) > self.__n_ctx:
                 raise SlotError(f"{path} holds {len(tokens)} tokens, more than this session's "
                                 f"context_size {self.__n_ctx}; open it with a larger one")
-            self._restore_state(payload, tokens)
+            try:
+                self._restore_state(payload, tokens)
+            except (SlotError, InvalidArgumentError, UnsupportedOperationError):
+                raise
+            except BaseException as exc:
+                self.__broken("restore_slot", exc)
+                raise
             self.__after_rewind(0)
             self.__history.extend(tokens)
             self.__ready = True
+        finally:
+            self.__end(guarded=True)
 
     @final
     def tokenize(self, text: str, *, add_special: bool = True,
                  parse_special: bool = True) -> list[int]:
         """Token ids of ``text`` in the model's vocabulary; ``add_special`` prepends BOS where
         the model uses one; ``parse_special`` turns control-token texts (``"<|end|>"``) into
-        their ids (turn it off for text you did not write: chat content, documents)."""
+        their ids (turn it off for text you did not write: chat content, documents).
+
+        A consumer call like the others: ``close()`` from another thread waits for it."""
         if not isinstance(text, str):
             raise InvalidArgumentError(f"tokenize() takes str, got {type(text).__name__}")
         if not text.isascii():  # every backend hands text on as UTF-8
@@ -503,23 +585,33 @@ class Session(ABC):
                     f"tokenize(): the text holds a lone surrogate {text[exc.start]!r} at index "
                     f"{exc.start}, which is not valid Unicode text (often from json.loads of "
                     "'\\ud800'); decode the source with errors='replace' or drop it") from None
-        self.__check_open()
-        return self._tokenize(text, add_special, parse_special)
+        self.__begin("tokenize", allow_cancelled=True)
+        try:
+            return self._tokenize(text, add_special, parse_special)
+        finally:
+            self.__end()
 
     @final
     def detokenize(self, token_ids: Sequence[int]) -> str:
         """Text of ``token_ids`` (invalid UTF-8 becomes U+FFFD)."""
         ids = self.__check_tokens(token_ids, what="detokenize")
-        self.__check_open()
-        return self._detokenize(ids)
+        self.__begin("detokenize", allow_cancelled=True)
+        try:
+            return self._detokenize(ids)
+        finally:
+            self.__end()
 
     @final
     def close(self) -> None:
-        """Free the session (and its drafter). Idempotent; from another thread it cancels the
-        running call and waits for it to return first."""
+        """Free the session (and its drafter). Idempotent and safe from any thread: it cancels
+        the running call, waits for it to return (that call raises :class:`CancelledError` or
+        :class:`SessionClosedError`, never :class:`SessionBusyError`), then frees."""
         if self.__closed:
             return
+        self.__closing = True
         self.__cancel.set()
+        if self.__owner == threading.get_ident():
+            raise SessionBusyError("close() was called from inside a call on this session")
         with self.__lock:
             if self.__closed:
                 return
@@ -545,10 +637,19 @@ class Session(ABC):
 
     @final
     def _raise_if_cancelled(self) -> None:
-        """Raise :class:`CancelledError` if :meth:`cancel` was called (between chunks/tokens)."""
-        if self.__cancel.is_set():
-            raise CancelledError(f"{self.backend_name}: cancelled by cancel(); call reset() or "
-                                 "reset_keep() to use the session again")
+        """Raise :class:`CancelledError` if :meth:`cancel` was called, or a Ctrl-C arrived
+        (between chunks/tokens)."""
+        if self.__cancel.is_set() or self.__interrupt.is_set():
+            raise CancelledError(self.__cancel_reason or (
+                f"{self.backend_name}: cancelled by cancel(); call reset() or reset_keep() to "
+                "use the session again" if self.__cancel.is_set() else
+                f"{self.backend_name}: interrupted (SIGINT)"))
+
+    @final
+    def _cancel_requested(self) -> bool:
+        """The bare flag :meth:`_raise_if_cancelled` checks, for hot loops and native abort
+        callbacks (True after :meth:`cancel` or a Ctrl-C)."""
+        return self.__cancel.is_set() or self.__interrupt.is_set()
 
     @property
     @final
@@ -593,7 +694,7 @@ class Session(ABC):
     # ---------------------------------------------------------------- internals
 
     def __check_open(self) -> None:
-        if self.__closed:
+        if self.__closed or self.__closing:
             raise SessionClosedError(f"this {self.backend_name} session is closed; open a new one")
 
     def __check_tokens(self, token_ids: Sequence[int], *, what: str) -> list[int]:
@@ -618,25 +719,103 @@ class Session(ABC):
                     f"(0..{vocab - 1}); tokenize with this model's own tokenizer")
         return ids
 
-    def __acquire(self, op: str, *, allow_cancelled: bool = False) -> None:
-        """Take the consumer lock and check the session is usable; the caller releases it."""
-        if not self.__lock.acquire(blocking=False):
-            self.__check_open()
-            raise SessionBusyError(
-                f"{op}(): another thread is using this session; a session has one consumer "
-                "(open one session per thread)")
-        if self.__closed or (not allow_cancelled and self.__cancel.is_set()):
-            self.__lock.release()
+    def __begin(self, op: str, *, allow_cancelled: bool = False, guarded: bool = False) -> None:
+        """Take the consumer lock and check the session is usable (the caller then runs the
+        call in ``try: ... finally: self.__end(...)``). ``guarded``: the call changes the
+        session's state, so SIGINT is deferred to its safe points while it runs."""
+        lock = self.__lock
+        if not lock.acquire(blocking=False):
+            self.__check_open()  # close() holds it, or waits for the running call
+            if self.__owner == threading.get_ident():
+                raise SessionBusyError(f"{op}() was called from inside a call on this session")
+            if not self.__cancel.is_set():
+                raise SessionBusyError(
+                    f"{op}(): another thread is using this session; a session has one "
+                    "consumer (open one session per thread)")
+            if not allow_cancelled:
+                self._raise_if_cancelled()
+            lock.acquire()  # the cancelled call stops at its next safe point: wait for it
+        if self.__closed or self.__closing or (
+                not allow_cancelled and self.__cancel.is_set()):
+            lock.release()
             self.__check_open()
             self._raise_if_cancelled()
+        self.__owner = threading.get_ident()
+        if guarded:
+            self.__deferral.begin()
 
-    @contextmanager
-    def __consumer(self, op: str, *, allow_cancelled: bool = False) -> Iterator[None]:
-        self.__acquire(op, allow_cancelled=allow_cancelled)
+    def __end(self, *, guarded: bool = False) -> None:
+        """Release what :meth:`__begin` took; a deferred SIGINT is delivered here."""
         try:
-            yield
+            if guarded:
+                self.__interrupt.clear()
+                self.__deferral.end()
         finally:
+            self.__owner = None
             self.__lock.release()
+
+    # ---------------------------------------------------------------- repair after a failure
+
+    def __recover(self, op: str, exc: BaseException | None, n: int,
+                  before: tuple[int, AssemblerState] | None) -> None:
+        """A call failed (``exc``) or was interrupted after its last safe point (``exc`` is
+        None): put the history back to its first ``n`` tokens and the KV cache back in step
+        with it. Refusals (bad arguments, missing features) changed nothing; a cancel() is
+        sticky and repaired by the reset that must follow. If the repair fails too, the
+        session refuses calls until reset() / reset_keep()."""
+        if exc is not None and (isinstance(exc, (InvalidArgumentError,
+                                                 UnsupportedOperationError)) or (
+                isinstance(exc, CancelledError) and not self.__interrupt.is_set())):
+            return
+        self.__interrupt.clear()
+        del self.__history[n:]
+        if before is not None:
+            self.__generated, state = before
+            self.__assembler.restore(state)
+            self.__finished = False
+        try:
+            if self.__ready:
+                self.__refeed(n)
+            else:
+                self.__rewind_cache(n)
+        except BaseException as err:
+            self.__interrupt.clear()
+            what = f"{type(exc).__name__} in {op}()" if exc is not None else f"{op}() interrupted"
+            self.__broken(op, err, f"{what}, then the repair of the KV cache failed")
+
+    def __rewind_cache(self, n: int) -> None:
+        """Make the KV cache hold ``history[:n]`` (``n == len(history)``), no logits kept."""
+        if self.__drafter is not None:
+            self.__drafter.truncate(n)
+        if n == 0:
+            self._reset()
+        elif not self._truncate(n):
+            raise UnsupportedOperationError(f"{self.backend_name} cannot truncate its cache")
+
+    def __refeed(self, n: int) -> None:
+        """Make the KV cache hold ``history[:n]`` with the logits after it ready (the state
+        after a prefill): cut it before the last token and feed that token again."""
+        history = self.__history
+        last = history[n - 1]
+        self.__ready = False
+        self.__rewind_cache(n - 1)
+        del history[n - 1:]
+        try:
+            self._prefill([last])
+        finally:
+            history.append(last)
+        self.__ready = True
+
+    def __broken(self, op: str, exc: BaseException, what: str | None = None) -> None:
+        """The session's state is no longer known to match its history: refuse calls with
+        :class:`CancelledError` until reset() / reset_keep() / restore_slot()."""
+        if isinstance(exc, (InvalidArgumentError, UnsupportedOperationError, SlotError)) and \
+                what is None:
+            return
+        why = what or f"{type(exc).__name__} in {op}()"
+        self.__cancel_reason = (f"{self.backend_name}: {why} left the session's cache unknown; "
+                                "call reset() (or reset_keep()) to use it again")
+        self.__cancel.set()
 
 
 class Factory(ABC):

@@ -5,13 +5,19 @@ from it and re-resolve their artifact there (nothing is cached between ``can_ser
 ``open``). Loaded weights are shared through :meth:`InferenceContext.shared`, so several
 sessions on one bundle pay for one load. Closing the context closes its sessions first, then
 frees what was loaded, in reverse order.
+
+Threads: every method is safe from any thread. :meth:`InferenceContext.close` waits for the
+sessions being opened (:meth:`InferenceContext.opening`: ``open_stream`` and the conformance
+kit open inside it) and for the calls running on its sessions, so nothing it frees is in use.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Hashable
+import warnings
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -33,9 +39,31 @@ class InferenceContext:
                               "holds text/ (and manifest.json)")
         self.bundle_dir: Path = path.resolve()
         self._lock = threading.RLock()
+        self._idle = threading.Condition(self._lock)  # notified when an open finishes
+        self._close_lock = threading.Lock()  # one close() at a time; the others wait for it
         self._shared: dict[Hashable, tuple[Any, Callable[[Any], None] | None]] = {}
         self._sessions: list[Session] = []
+        self._opening = 0  # sessions being opened (inside opening())
+        self._closing = False
         self._closed = False
+
+    @contextmanager
+    def opening(self) -> Iterator[None]:
+        """Hold this while opening a session on the context (``Factory.open``):
+        :meth:`close` waits until it is released, so it never frees weights a session is
+        being built on. Raises :class:`SessionClosedError` once the context is closing.
+        ``open_stream`` does this for you; call ``Factory.open`` directly only inside it."""
+        with self._lock:
+            if self._closing or self._closed:
+                raise SessionClosedError("this InferenceContext is closed (or closing); create "
+                                         "a new one")
+            self._opening += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._opening -= 1
+                self._idle.notify_all()
 
     def shared(self, key: Hashable, load: Callable[[], T],
                close: Callable[[T], None] | None = None) -> T:
@@ -71,20 +99,42 @@ class InferenceContext:
             raise SessionClosedError("this InferenceContext is closed; create a new one")
 
     def close(self) -> None:
-        """Close every session, then free loaded models (reverse load order). Idempotent."""
-        with self._lock:
-            if self._closed:
-                return
-            sessions, self._sessions = list(self._sessions), []
-        for session in sessions:
-            session.close()
-        with self._lock:
-            self._closed = True
-            items = list(self._shared.values())
-            self._shared.clear()
-        for obj, closer in reversed(items):
-            if closer is not None:
-                closer(obj)
+        """Close every session, then free loaded models (reverse load order). Idempotent and
+        safe from any thread: it waits for sessions being opened (:meth:`opening`) and for the
+        calls running on its sessions (each ``Session.close`` waits for its call)."""
+        with self._close_lock:
+            with self._lock:
+                if self._closed:
+                    return
+                self._closing = True
+                while self._opening:
+                    self._idle.wait()
+                sessions, self._sessions = list(self._sessions), []
+            for session in sessions:
+                session.close()
+            with self._lock:
+                sessions, self._sessions = list(self._sessions), []
+            for session in sessions:  # (opened meanwhile by a direct Factory.open call)
+                session.close()
+            with self._lock:
+                self._closed = True
+                items = list(self._shared.values())
+                self._shared.clear()
+            for obj, closer in reversed(items):
+                if closer is not None:
+                    closer(obj)
+
+    def __del__(self) -> None:
+        # A context nobody closed frees its sessions and weights when it is collected, and
+        # says so, as an unclosed file does.
+        try:
+            if not self._closed:
+                warnings.warn(f"unclosed {self!r}: close it (or use `with`) to free the "
+                              "weights when you are done", ResourceWarning, source=self,
+                              stacklevel=2)
+                self.close()
+        except Exception:  # nothing may escape a finalizer (at interpreter shutdown too)
+            pass
 
     def __enter__(self) -> InferenceContext:
         return self

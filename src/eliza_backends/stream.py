@@ -7,11 +7,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+import warnings
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .backend import Session, Step
 from .chat import common_prefix, render_bounds
@@ -21,6 +23,9 @@ from .context import InferenceContext
 from .errors import InvalidArgumentError, PluginError, UnsupportedOperationError
 from .registry import Registry, default_registry
 from .selector import KNOWN_BACKENDS, select
+
+if TYPE_CHECKING:
+    import asyncio
 
 
 @dataclass
@@ -84,6 +89,7 @@ class Stream:
         self._owns_context = owns_context
         self.metrics = StreamMetrics()
         self._turn_start: float | None = None
+        self._closed = False
 
     @property
     def config(self) -> StreamConfig:
@@ -179,18 +185,48 @@ class Stream:
 
     async def __aiter__(self) -> AsyncIterator[Step]:
         """Steps computed in a worker thread, so the event loop keeps running. Cancelling the
-        awaiting task cancels the session."""
+        awaiting task cancels the session and waits (without blocking the loop) for the worker
+        to stop, so the session is idle again when the cancellation reaches the caller: a
+        ``reset()`` right after it works."""
         import asyncio  # only async callers pay for it
+        import contextvars
 
+        loop = asyncio.get_running_loop()
         while True:
+            finished: asyncio.Future[tuple[Step | None, BaseException | None]] = \
+                loop.create_future()
+            loop.run_in_executor(None, contextvars.copy_context().run, self._step_for,
+                                 loop, finished)
             try:
-                step = await asyncio.to_thread(self.next)
+                step, error = await asyncio.shield(finished)
             except asyncio.CancelledError:
                 self.session.cancel()
+                while not finished.done():  # the worker stops at its next safe point
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.shield(finished)
                 raise
+            if error is not None:
+                raise error
+            assert step is not None
             yield step
             if step.final:
                 return
+
+    def _step_for(self, loop: asyncio.AbstractEventLoop,
+                  finished: asyncio.Future[tuple[Step | None, BaseException | None]]) -> None:
+        """One step in the worker thread; the outcome resolves ``finished`` on the loop."""
+        outcome: tuple[Step | None, BaseException | None]
+        try:
+            outcome = (self.next(), None)
+        except BaseException as exc:
+            outcome = (None, exc)
+
+        def resolve() -> None:
+            if not finished.done():
+                finished.set_result(outcome)
+
+        with contextlib.suppress(RuntimeError):  # the loop was closed meanwhile
+            loop.call_soon_threadsafe(resolve)
 
     def text(self) -> str:
         """Run to the end of the stream and return all generated text."""
@@ -208,11 +244,30 @@ class Stream:
         """Keep a prefix of the sequence (see :meth:`Session.reset_keep`)."""
         return self.session.reset_keep(n_keep)
 
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran."""
+        return self._closed
+
     def close(self) -> None:
-        """Close the session, and the context when the stream created it."""
+        """Close the session, and the context when the stream created it. Idempotent and safe
+        from any thread: a call running in another thread is cancelled and waited for (it
+        raises :class:`CancelledError` or :class:`SessionClosedError`)."""
+        self._closed = True
         self.session.close()
         if self._owns_context:
             self.context.close()
+
+    def __del__(self) -> None:
+        # A stream nobody closed frees its session (and its own context's weights) when it is
+        # collected, with a ResourceWarning, as an unclosed file does.
+        try:
+            if not self._closed:
+                warnings.warn(f"unclosed {self!r}: close it (or use `with`) to free the model "
+                              "when you are done", ResourceWarning, source=self, stacklevel=2)
+                self.close()
+        except Exception:  # nothing may escape a finalizer (at interpreter shutdown too)
+            pass
 
     def __enter__(self) -> Stream:
         return self
@@ -269,15 +324,16 @@ def open_stream(
         factory = select(context.bundle_dir, backend=backend, environ=environ, registry=registry)
         check_option_keys(cfg, registry or default_registry())
         factory.parse_options(cfg)  # unknown options fail before any load
-        session = factory.open(context, cfg)
-        if not isinstance(session, Session):
-            raise PluginError(f"backend {factory.name} returned {session!r} from open(), not "
-                              "a Session: a bug in its plugin")
-        try:
-            check_capabilities(session, cfg, factory.name)
-        except BaseException:
-            session.close()
-            raise
+        with context.opening():  # a concurrent context.close() waits for this open
+            session = factory.open(context, cfg)
+            if not isinstance(session, Session):
+                raise PluginError(f"backend {factory.name} returned {session!r} from open(), "
+                                  "not a Session: a bug in its plugin")
+            try:
+                check_capabilities(session, cfg, factory.name)
+            except BaseException:
+                session.close()
+                raise
     except BaseException:
         if owns:
             context.close()

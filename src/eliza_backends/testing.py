@@ -116,7 +116,8 @@ class KitFixtures:
 
         def _open(**overrides: Any) -> Session:
             cfg = StreamConfig.build({**self.base_config, **overrides})
-            session = factory.open(context, cfg)
+            with context.opening():
+                session = factory.open(context, cfg)
             assert isinstance(session, Session), f"open() returned {session!r}"
             return session
 

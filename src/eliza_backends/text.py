@@ -16,6 +16,9 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+#: What :meth:`TextAssembler.state` returns: the UTF-8 decoder's state, held text, stopped.
+AssemblerState = tuple[tuple[bytes, int], str, bool]
+
 
 class TextAssembler:
     """Accumulates token bytes and releases text that is safe to show.
@@ -56,6 +59,15 @@ class TextAssembler:
         keep = self._partial_stop_len(buf)
         self._held = buf[len(buf) - keep:] if keep else ""
         return buf[: len(buf) - keep]
+
+    def state(self) -> AssemblerState:
+        """A snapshot for :meth:`restore` (the session undoes a failed step with it)."""
+        return (self._decoder.getstate(), self._held, self.stopped)
+
+    def restore(self, state: AssemblerState) -> None:
+        """Go back to a :meth:`state` snapshot."""
+        decoder_state, self._held, self.stopped = state
+        self._decoder.setstate(decoder_state)
 
     def _partial_stop_len(self, buf: str) -> int:
         """Length of the longest suffix of ``buf`` that is a proper prefix of a stop string."""
@@ -126,4 +138,4 @@ def byte_level_pieces(tokenizer_json: Mapping[str, Any]) -> list[bytes]:
     return pieces
 
 
-__all__ = ["TextAssembler", "byte_level_pieces"]
+__all__ = ["AssemblerState", "TextAssembler", "byte_level_pieces"]

@@ -74,6 +74,9 @@ class LoadedModel:
     _pieces: list[bytes | None]
     info: ModelInfo = field(init=False)
     freed: bool = False
+    #: Held while the vocabulary is read outside a session call (``control_texts``) and while
+    #: the weights are freed, so neither runs under the other.
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def piece(self, token: int) -> bytes:
         """The bytes token ``token`` adds to output text (control tokens add none)."""
@@ -90,12 +93,14 @@ class LoadedModel:
     def control_texts(self) -> frozenset[str]:
         """Texts of the tokens ``llama_tokenize`` parses only with ``parse_special`` (a scan
         of the vocabulary, run once on demand: see :attr:`ModelInfo.control_texts`)."""
-        if self.freed:
-            raise SessionClosedError(f"the weights of {self.path.name} were freed")
-        vocab, n_vocab = self.vocab, len(self._pieces)
-        return frozenset(
-            lc.llama_vocab_get_text(vocab, t).decode("utf-8", "replace") for t in range(n_vocab)
-            if lc.llama_vocab_get_attr(vocab, t) & _PARSED_SPECIAL)
+        with self.lock:
+            if self.freed:
+                raise SessionClosedError(f"the weights of {self.path.name} were freed (the "
+                                         "inference context was closed)")
+            vocab, n_vocab = self.vocab, len(self._pieces)
+            return frozenset(
+                lc.llama_vocab_get_text(vocab, t).decode("utf-8", "replace")
+                for t in range(n_vocab) if lc.llama_vocab_get_attr(vocab, t) & _PARSED_SPECIAL)
 
 
 def load_model(path: Path, options: LlamaCppOptions) -> LoadedModel:
@@ -192,8 +197,11 @@ def use_extra_buffers(options: LlamaCppOptions) -> bool:
 
 def free_model(model: LoadedModel) -> None:
     """Release the weights (the context calls this after its sessions are closed)."""
-    model.freed = True
-    lc.llama_model_free(model.ptr)
+    with model.lock:
+        if model.freed:
+            return
+        model.freed = True
+        lc.llama_model_free(model.ptr)
 
 
 def shared_model(context: InferenceContext, path: Path, options: LlamaCppOptions) -> LoadedModel:

@@ -207,8 +207,13 @@ class LlamaCppSession(Session):
         self._cursor.reset()
 
     def _truncate(self, n_keep: int) -> bool:
-        if self._cursor.truncate(self._sequence, n_keep) and \
-                not lc.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
+        # llama.cpp's own count of the cached positions is the truth (a call interrupted
+        # between a decode and the cursor's update leaves the cursor behind or ahead); the
+        # cached positions below n_past hold history tokens, everything past n_keep goes
+        kv = self._cursor
+        kv.n_kv = lc.llama_memory_seq_pos_max(self._mem, 0) + 1
+        kv.truncate(self._sequence, n_keep)
+        if not lc.llama_memory_seq_rm(self._mem, 0, kv.n_kv, -1):
             return False
         lc.llama_sampler_reset(self._sampler)
         return True
