@@ -12,6 +12,7 @@ imports them: :mod:`eliza_mlx.model` loads MLX weights, :mod:`eliza_mlx.mlx_sess
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from functools import cached_property
@@ -124,6 +125,7 @@ class MLXFactory(Factory):
         bundle = context.bundle_dir
         if options.engine in ("auto", "mlx"):
             if mlx.ok and find_artifacts(bundle, MLX_FORMATS):
+                _import_mlx_modules()
                 from .mlx_session import MLXSession
                 from .model import shared_weights
 
@@ -156,12 +158,24 @@ class MLXFactory(Factory):
     def make_draft_model(self, context: InferenceContext, config: StreamConfig,
                          target: ModelInfo) -> Drafter:
         """An MLX folder from ``text/draft/`` (or ``draft_model``) with its own prompt cache."""
+        _import_mlx_modules()
         from .mlx_draft import MLXDraftModel
         from .model import shared_weights
 
         path = self.draft_artifact(context.bundle_dir, config, formats=MLX_FORMATS)
         return MLXDraftModel(shared_weights(context, path), target.vocab_size,
                              config.batch_size)
+
+
+def _import_mlx_modules() -> None:
+    """Import the modules that use mlx on the MLX thread (:mod:`eliza_mlx.mlx_thread`): their
+    import runs mlx calls (mlx-lm's, the compute stream's), and a thread that made mlx calls
+    must not end before the process does."""
+    from .mlx_thread import MLX_THREAD
+
+    if "eliza_mlx.mlx_draft" not in sys.modules:
+        MLX_THREAD.run(lambda: (importlib.import_module("eliza_mlx.mlx_session"),
+                                importlib.import_module("eliza_mlx.mlx_draft")))
 
 
 def host_summary() -> str:

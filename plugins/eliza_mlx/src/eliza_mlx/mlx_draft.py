@@ -20,12 +20,14 @@ from mlx_lm.models.cache import (  # type: ignore[import-not-found,unused-ignore
 from eliza_backends import UnsupportedOperationError
 from eliza_backends.speculative import ModelDrafter
 
+from .mlx_thread import on_mlx_thread
 from .model import COMPUTE_STREAM, LoadedMLX, trim
 
 
 class MLXDraftModel(ModelDrafter):
     """Greedy drafts from a small MLX model sharing the target's vocabulary."""
 
+    @on_mlx_thread
     def __init__(self, loaded: LoadedMLX, target_vocab: int, batch_size: int) -> None:
         super().__init__(loaded.folder.path.name, loaded.info.vocab_size, target_vocab)
         self._model = loaded.model
@@ -36,6 +38,7 @@ class MLXDraftModel(ModelDrafter):
                 f"draft model {loaded.folder.path.name}: its prompt cache cannot be trimmed, "
                 "which a draft model needs")
 
+    @on_mlx_thread
     def _forward(self, feed: list[int], k: int) -> list[int]:
         body, last = feed[:-1], feed[-1:]
         model, cache = self._model, self._cache
@@ -52,13 +55,16 @@ class MLXDraftModel(ModelDrafter):
                 ys.append(y)
             return cast(list[int], mx.concatenate(ys).tolist())
 
+    @on_mlx_thread
     def _drop(self, n: int) -> bool:
         drop = len(self._tokens) - n
         return trim(self._cache, drop) == drop
 
+    @on_mlx_thread
     def _clear(self) -> None:
         self._cache = make_prompt_cache(self._model)
 
+    @on_mlx_thread
     def close(self) -> None:
         """Drop the draft prompt cache (the weights belong to the InferenceContext)."""
         self._cache = []

@@ -62,6 +62,7 @@ from eliza_backends import (
 )
 from eliza_backends.speculative import Drafter, accept_greedy
 
+from .mlx_thread import on_mlx_thread
 from .model import COMPUTE_STREAM, LoadedMLX, trim
 
 _SLOT_MAGIC = b"ELZMLX01"
@@ -88,6 +89,7 @@ class MLXSession(Session):
 
     backend_name = "mlx-coreml"
 
+    @on_mlx_thread
     def __init__(self, loaded: LoadedMLX, config: StreamConfig,
                  context: InferenceContext | None, drafter: Drafter | None = None) -> None:
         self._loaded = loaded
@@ -100,16 +102,20 @@ class MLXSession(Session):
                 f"{loaded.folder.path.name}: this model's prompt cache cannot be trimmed, so it "
                 "cannot verify drafts (capabilities.drafters is {'none'}); use drafter='none'")
         self._greedy = config.greedy
+        # mlx-lm refuses top_k >= the vocabulary (ValueError) where keeping every token is
+        # simply no top-k filter, as on the other backends
+        top_k = config.top_k if config.top_k < loaded.info.vocab_size else 0
         self._sampler: Callable[[Any], Any] = _greedy if config.greedy else make_sampler(
-            temp=config.temperature, top_p=config.top_p, min_p=config.min_p,
-            top_k=config.top_k)
+            temp=config.temperature, top_p=config.top_p, min_p=config.min_p, top_k=top_k)
         self._processors: list[Callable[[Any, Any], Any]] = []
         self._last_n = 0
         if config.repeat_penalty != 1.0 and config.repeat_last_n > 0:
-            self._last_n = config.repeat_last_n
+            # a window longer than the context sees the same tokens (and mlx slices with
+            # 32-bit indices: a huge one is a ValueError)
+            self._last_n = min(config.repeat_last_n, config.context_size)
             self._processors = make_logits_processors(
                 repetition_penalty=config.repeat_penalty,
-                repetition_context_size=config.repeat_last_n)
+                repetition_context_size=self._last_n)
         self._n_kv = 0  # positions in the prompt cache (len(history), or one less: _pending)
         self._pending: int | None = None  # the stream's last token, not fed (nothing follows)
         # (token, logits it was sampled from): prefill already queued the forward pass of the
@@ -157,6 +163,7 @@ class MLXSession(Session):
 
     # ------------------------------------------------------------------ hooks
 
+    @on_mlx_thread
     def _prefill(self, token_ids: list[int]) -> None:
         if self._stale:
             raise BackendRuntimeError("the MLX prompt cache was lost by an interrupted call; "
@@ -223,6 +230,7 @@ class MLXSession(Session):
             else:
                 self._stale = True
 
+    @on_mlx_thread
     def _decode(self, max_tokens: int) -> Decoded:
         if self._drafter is not None:
             return self._decode_speculative(max_tokens)
@@ -364,6 +372,7 @@ class MLXSession(Session):
             mx.clear_cache()  # as generate_step, every 256 tokens
         return tok
 
+    @on_mlx_thread
     def _reset(self) -> None:
         self._cache = make_prompt_cache(self._model)
         self._n_kv = 0
@@ -372,8 +381,17 @@ class MLXSession(Session):
         self._stale = False
         self._seed()
 
+    @on_mlx_thread
     def _truncate(self, n_keep: int) -> bool:
-        self._undo_ahead()
+        if self._trimmable and self._cache:
+            # the cache's own offset is the truth (a call interrupted between a forward pass
+            # and the count after it leaves _n_kv behind); the cached positions below n_past
+            # hold history tokens
+            self._ahead = None
+            self._n_kv = int(self._cache[0].offset)
+            self._stale = False
+        else:
+            self._undo_ahead()
         if self._stale:
             return False
         drop = self._n_kv - n_keep
@@ -386,7 +404,9 @@ class MLXSession(Session):
             self._pending = None
         elif drop == 0:
             self._pending = None
-        elif not (drop == -1 and self._pending is not None):  # else: keep the pending token
+        elif drop == -1:  # the one history token the cache lacks is fed with the next prefill
+            self._pending = self._sequence[n_keep - 1]
+        else:
             return False
         self._logits = self._y = None
         self._seed()
@@ -401,6 +421,7 @@ class MLXSession(Session):
 
     # ------------------------------------------------------------------ slots
 
+    @on_mlx_thread
     def _save_state(self) -> bytes:
         """mlx-lm's prompt-cache safetensors file, plus the logits of the last token."""
         self._undo_ahead()
@@ -435,6 +456,7 @@ class MLXSession(Session):
         return _SLOT_HEAD.pack(_SLOT_MAGIC, self._n_kv, len(cache_bytes)) + cache_bytes + \
             logits_bytes
 
+    @on_mlx_thread
     def _restore_state(self, payload: bytes, tokens: list[int]) -> None:
         if len(payload) < _SLOT_HEAD.size:
             raise SlotError("slot payload is too short for an MLX state")
@@ -476,6 +498,7 @@ class MLXSession(Session):
 
     # ------------------------------------------------------------------ teardown
 
+    @on_mlx_thread
     def _close(self) -> None:
         self._cache = []
         self._logits = self._y = None

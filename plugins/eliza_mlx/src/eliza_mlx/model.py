@@ -21,6 +21,7 @@ from mlx_lm.utils import load_model  # type: ignore[import-not-found,unused-igno
 from eliza_backends import BundleError, InferenceContext, ModelInfo
 from eliza_backends.hf_tokenizer import HFTokenizer, tokenizer_facts
 
+from .mlx_thread import on_mlx_thread
 from .probe import MLXFolder, check_mlx_folder
 
 RUNTIME = (f"mlx {importlib.metadata.version('mlx')} / "
@@ -39,6 +40,7 @@ class LoadedMLX:
     info: ModelInfo
 
 
+@on_mlx_thread
 def load_weights(folder: MLXFolder) -> LoadedMLX:
     """Load an already validated MLX folder with mlx-lm (errors become :class:`BundleError`)."""
     tokenizer = HFTokenizer.from_file(folder.path / "tokenizer.json")
