@@ -29,7 +29,7 @@ import operator
 import os
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, final
@@ -190,7 +190,15 @@ class Session(ABC):
         self.__cancel_reason: str | None = None
         # set by a deferred SIGINT: the running call stops at its next safe point
         self.__interrupt = threading.Event()
-        self.__deferral = SigintDeferral(self.__interrupt)
+        # holds None while cancel or interrupt is set: its __contains__ is the C-level probe
+        # native abort callbacks poll (see _cancel_probe)
+        self.__stop: set[None] = set()
+        #: Helper: ``_cancel_probe(None)`` is :meth:`_cancel_requested` as a C-implemented
+        #: callable (set membership) for native abort callbacks: no Python code runs inside
+        #: it, so nothing (a signal handler, a trace function) can raise in the callback,
+        #: where ctypes would print the exception and lose it.
+        self._cancel_probe: Callable[[object], bool] = self.__stop.__contains__
+        self.__deferral = SigintDeferral(self.__on_sigint)
         self.__lock = threading.Lock()
         self.__owner: int | None = None  # the thread inside a call (for re-entrant calls)
         self.__closing = False
@@ -324,38 +332,41 @@ class Session(ABC):
         """Feed prompt tokens. Raises :class:`InvalidArgumentError` for empty, non-integer or
         out-of-vocabulary ids, :class:`ContextFullError` when they do not fit.
 
-        An exception from the runtime, or a ``KeyboardInterrupt`` (see
-        :mod:`eliza_backends.interrupts`), leaves the session as it was before the call
-        (prefill again before ``next()``)."""
+        A prefill that fails (an exception from the runtime, a ``KeyboardInterrupt``: see
+        :mod:`eliza_backends.interrupts`) leaves :attr:`history` and the KV cache as they were
+        before it; prefill again before ``next()``."""
         ids = self.__check_tokens(token_ids, what="prefill")
         if not ids:
             raise InvalidArgumentError("prefill() needs at least one token id")
         self.__begin("prefill", guarded=True)
+        history = self.__history
+        n = -1  # the history length to go back to if this call fails (-1: nothing changed)
         try:
-            history = self.__history
-            n = len(history)
-            room = self.__n_ctx - n
+            room = self.__n_ctx - len(history)
             if len(ids) > room:
                 raise ContextFullError(
-                    f"prefill of {len(ids)} tokens does not fit: {n} of "
+                    f"prefill of {len(ids)} tokens does not fit: {len(history)} of "
                     f"{self.__n_ctx} context positions are used ({room} free); raise "
                     "context_size, or reset()/reset_keep() first")
+            n = len(history)
             self.__ready = False
-            try:
-                self._prefill(ids)
-                history.extend(ids)
-            except BaseException as exc:
-                self.__recover("prefill", exc, n, None)
-                raise
+            self._prefill(ids)
+            history.extend(ids)
             if self.__deferral.interrupting:  # Ctrl-C after the last safe point: undone too
                 self.__recover("prefill", None, n, None)
-                return
-            self.__ready = True
-            self.__finished = False
-            self.__generated = 0
-            self.__assembler = TextAssembler(self.config.stop)
+                n = -1
+            else:
+                self.__assembler = TextAssembler(self.config.stop)
+                self.__finished = False
+                self.__generated = 0
+                self.__ready = True
+            self.__deferral.end()  # (delivers a deferred Ctrl-C: KeyboardInterrupt)
+        except BaseException as exc:
+            if n >= 0:
+                self.__recover("prefill", exc, n, None)
+            raise
         finally:
-            self.__end(guarded=True)
+            self.__end()
 
     @final
     def next(self, max_tokens: int | None = None) -> Step:
@@ -376,31 +387,37 @@ class Session(ABC):
                 max_tokens, int) or max_tokens < 1):
             raise InvalidArgumentError(f"max_tokens must be a positive int, got {max_tokens!r}")
         self.__begin("next", guarded=True)  # the hot path: no context-manager machinery
+        history = self.__history
+        n = -1  # the history length to go back to if this step fails (-1: nothing changed)
+        before: tuple[int, AssemblerState] | None = None
         try:
             if self.__finished:
-                return Step((), "", final=True, finish_reason=None)
-            if not self.__ready:
+                step = Step((), "", final=True, finish_reason=None)
+            elif not self.__ready:
                 raise InvalidArgumentError("call prefill() before next(): there is nothing to "
                                            "continue from")
-            want = max_tokens or self.__default_step
-            budget = self.config.max_tokens - self.__generated
-            history = self.__history
-            n = len(history)
-            room = self.__n_ctx - n
-            if room <= 0:
-                return self.__finish((), "", 0, 0, "context")
-            before = (self.__generated, self.__assembler.state())
-            try:
-                out = self._decode(min(want, budget, room))
-                step = self.__assemble(out, budget, room)
-            except BaseException as exc:
-                self.__recover("next", exc, n, before)
-                raise
-            if self.__deferral.interrupting:  # Ctrl-C after the last safe point: the caller
-                self.__recover("next", None, n, before)  # never sees this step, so undo it
+            else:
+                want = max_tokens or self.__default_step
+                budget = self.config.max_tokens - self.__generated
+                room = self.__n_ctx - len(history)
+                if room <= 0:
+                    step = self.__finish((), "", 0, 0, "context")
+                else:
+                    n = len(history)
+                    before = (self.__generated, self.__assembler.state())
+                    out = self._decode(min(want, budget, room))
+                    step = self.__assemble(out, budget, room)
+                    if self.__deferral.interrupting:  # Ctrl-C after the last safe point: the
+                        self.__recover("next", None, n, before)  # caller never sees this step
+                        n = -1
+            self.__deferral.end()  # (delivers a deferred Ctrl-C: KeyboardInterrupt)
             return step
+        except BaseException as exc:
+            if n >= 0:
+                self.__recover("next", exc, n, before)
+            raise
         finally:
-            self.__end(guarded=True)
+            self.__end()
 
     def __assemble(self, out: Decoded, budget: int, room: int) -> Step:
         eog = self.__eog
@@ -446,6 +463,7 @@ class Session(ABC):
         ``reset_keep()``; the tokens in :attr:`history` stay valid for ``reset_keep``.
         """
         self.__cancel.set()
+        self.__stop.add(None)
 
     @property
     def cancelled(self) -> bool:
@@ -467,7 +485,7 @@ class Session(ABC):
                 raise
             self.__after_rewind(0)
         finally:
-            self.__end(guarded=True)
+            self.__end()
 
     @final
     def reset_keep(self, n_keep: int) -> int:
@@ -492,7 +510,7 @@ class Session(ABC):
             self.__after_rewind(n)
             return n
         finally:
-            self.__end(guarded=True)
+            self.__end()
 
     def __after_rewind(self, n: int) -> None:
         del self.__history[n:]
@@ -500,6 +518,7 @@ class Session(ABC):
             self.__drafter.truncate(n)
         self.__cancel.clear()
         self.__cancel_reason = None
+        self.__sync_stop()
         self.__ready = False
         self.__finished = False
         self.__generated = 0
@@ -527,7 +546,7 @@ class Session(ABC):
             write_slot(path, {"backend": self.backend_name, "model_fingerprint": info.fingerprint,
                               "runtime": info.runtime, "tokens": list(self.__history)}, payload)
         finally:
-            self.__end(guarded=True)
+            self.__end()
 
     @final
     def restore_slot(self, path: str | os.PathLike[str]) -> None:
@@ -565,7 +584,7 @@ class Session(ABC):
             self.__history.extend(tokens)
             self.__ready = True
         finally:
-            self.__end(guarded=True)
+            self.__end()
 
     @final
     def tokenize(self, text: str, *, add_special: bool = True,
@@ -610,8 +629,7 @@ class Session(ABC):
             return
         self.__closing = True
         self.__cancel.set()
-        if self.__owner == threading.get_ident():
-            raise SessionBusyError("close() was called from inside a call on this session")
+        self.__stop.add(None)
         with self.__lock:
             if self.__closed:
                 return
@@ -720,9 +738,10 @@ class Session(ABC):
         return ids
 
     def __begin(self, op: str, *, allow_cancelled: bool = False, guarded: bool = False) -> None:
-        """Take the consumer lock and check the session is usable (the caller then runs the
-        call in ``try: ... finally: self.__end(...)``). ``guarded``: the call changes the
-        session's state, so SIGINT is deferred to its safe points while it runs."""
+        """Take the consumer lock and check the session is usable; the caller then runs the
+        call in ``try: ... finally: self.__end()``. ``guarded``: the call changes the
+        session's state, so SIGINT is deferred to its safe points while it runs (the caller
+        delivers it with ``self.__deferral.end()`` once the state is consistent)."""
         lock = self.__lock
         if not lock.acquire(blocking=False):
             self.__check_open()  # close() holds it, or waits for the running call
@@ -735,23 +754,30 @@ class Session(ABC):
             if not allow_cancelled:
                 self._raise_if_cancelled()
             lock.acquire()  # the cancelled call stops at its next safe point: wait for it
-        if self.__closed or self.__closing or (
-                not allow_cancelled and self.__cancel.is_set()):
-            lock.release()
-            self.__check_open()
-            self._raise_if_cancelled()
-        self.__owner = threading.get_ident()
-        if guarded:
-            self.__deferral.begin()
-
-    def __end(self, *, guarded: bool = False) -> None:
-        """Release what :meth:`__begin` took; a deferred SIGINT is delivered here."""
         try:
+            self.__owner = threading.get_ident()  # (never cleared: read only while locked)
+            if self.__closed or self.__closing or (
+                    not allow_cancelled and self.__cancel.is_set()):
+                self.__check_open()
+                self._raise_if_cancelled()
             if guarded:
-                self.__interrupt.clear()
+                if self.__interrupt.is_set():
+                    self.__interrupt.clear()
+                    self.__sync_stop()
+                self.__deferral.begin()
+        except BaseException:
+            try:
                 self.__deferral.end()
+            finally:
+                lock.release()
+            raise
+
+    def __end(self) -> None:
+        """Release what :meth:`__begin` took (the deferral too, if the call did not end it:
+        then a deferred Ctrl-C is delivered here)."""
+        try:
+            self.__deferral.end()
         finally:
-            self.__owner = None
             self.__lock.release()
 
     # ---------------------------------------------------------------- repair after a failure
@@ -768,11 +794,14 @@ class Session(ABC):
                 isinstance(exc, CancelledError) and not self.__interrupt.is_set())):
             return
         self.__interrupt.clear()
+        self.__sync_stop()
         del self.__history[n:]
         if before is not None:
             self.__generated, state = before
             self.__assembler.restore(state)
             self.__finished = False
+        if op == "prefill":
+            self.__ready = False
         try:
             if self.__ready:
                 self.__refeed(n)
@@ -780,6 +809,7 @@ class Session(ABC):
                 self.__rewind_cache(n)
         except BaseException as err:
             self.__interrupt.clear()
+            self.__sync_stop()
             what = f"{type(exc).__name__} in {op}()" if exc is not None else f"{op}() interrupted"
             self.__broken(op, err, f"{what}, then the repair of the KV cache failed")
 
@@ -816,6 +846,19 @@ class Session(ABC):
         self.__cancel_reason = (f"{self.backend_name}: {why} left the session's cache unknown; "
                                 "call reset() (or reset_keep()) to use it again")
         self.__cancel.set()
+        self.__stop.add(None)
+
+    def __on_sigint(self) -> None:
+        """A deferred SIGINT that will raise KeyboardInterrupt: stop at the next safe point."""
+        self.__interrupt.set()
+        self.__stop.add(None)
+
+    def __sync_stop(self) -> None:
+        """After clearing a flag: the probe says stop only while cancel or interrupt is set
+        (discard first, then re-add: a concurrent cancel() is never lost)."""
+        self.__stop.discard(None)
+        if self.__cancel.is_set() or self.__interrupt.is_set():
+            self.__stop.add(None)
 
 
 class Factory(ABC):

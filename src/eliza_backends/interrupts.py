@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -28,14 +29,15 @@ _MAIN = threading.main_thread()
 class SigintDeferral:
     """One session's SIGINT deferral: :meth:`begin` before a call, :meth:`end` after it.
 
-    ``flag``: the session's interrupt flag, set when a deferred SIGINT will raise
-    ``KeyboardInterrupt``. Not re-entrant; used by the thread that holds the session.
+    ``on_interrupt``: called (in the signal handler) when a deferred SIGINT will raise
+    ``KeyboardInterrupt``: the session sets its interrupt flag. Not re-entrant; used by the
+    thread that holds the session.
     """
 
-    __slots__ = ("_flag", "_pending", "_previous")
+    __slots__ = ("_on_interrupt", "_pending", "_previous")
 
-    def __init__(self, flag: threading.Event) -> None:
-        self._flag = flag
+    def __init__(self, on_interrupt: Callable[[], None]) -> None:
+        self._on_interrupt = on_interrupt
         self._previous: Any = None
         self._pending: tuple[int, FrameType | None] | None = None
 
@@ -54,7 +56,7 @@ class SigintDeferral:
     def _record(self, signum: int, frame: FrameType | None) -> None:
         self._pending = (signum, frame)
         if self._previous is signal.default_int_handler:
-            self._flag.set()
+            self._on_interrupt()
 
     @property
     def interrupting(self) -> bool:

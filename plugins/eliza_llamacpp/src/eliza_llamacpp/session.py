@@ -63,10 +63,12 @@ class LlamaCppSession(Session):
         self._batch = lc.llama_batch_init(self._n_batch, 0, 1)
         self._one = one_token_batch()
         self._sampler = self._build_sampler(config)
-        self._abort = lc.ggml_abort_callback(self._abort_requested)
         self._cursor = KVCursor()
         super().__init__(config, context, model.info, context_size=lc.llama_n_ctx(ctx),
                          drafter=drafter)
+        # llama.cpp polls this inside llama_decode: the core's C-level cancel probe, so no
+        # Python code (where a KeyboardInterrupt would be printed and lost) runs in it
+        self._abort = lc.ggml_abort_callback(self._cancel_probe)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -95,9 +97,6 @@ class LlamaCppSession(Session):
         add(chain, lc.llama_sampler_init_temp(config.temperature))
         add(chain, lc.llama_sampler_init_dist(config.seed))
         return chain
-
-    def _abort_requested(self, _data: ctypes.c_void_p) -> bool:
-        return self._cancel_requested()
 
     def _prefill(self, token_ids: list[int]) -> None:
         kv = self._cursor

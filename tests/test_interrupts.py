@@ -1,0 +1,295 @@
+"""KeyboardInterrupt (any BaseException) in the middle of a call (issue 15.7, 15.8).
+
+* A fuzzer raises ``KeyboardInterrupt`` at the k-th line executed inside a backend (the plugin's
+  code and the core modules its hooks run: the KV cursor, the speculative loop, the sampler,
+  text assembly), for k across a whole ``next()`` or ``prefill()``, on every backend. After
+  each interrupted call, :attr:`Session.history` is the sequence the caller saw, and the
+  session continues exactly as an uninterrupted one (greedy), or, where the runtime cannot be
+  rewound, refuses with :class:`CancelledError` until ``reset()``: never a decode error, never
+  a continuation of tokens the caller never saw.
+* Real SIGINTs, at many moments, in a process of its own (tests/interrupt_driver.py): a
+  Ctrl-C during a llama.cpp prefill surfaces as ``KeyboardInterrupt`` (it was swallowed by the
+  ctypes abort callback and came out as BackendRuntimeError), during ``next()`` on every
+  backend too, and ``eliza-backends generate`` exits 130.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import pytest
+from conftest import ROOT, TINY_BUNDLE
+
+from eliza_backends import CancelledError, InferenceContext, InvalidArgumentError, open_stream
+from eliza_backends.backend import Session
+
+SRC = ROOT / "src" / "eliza_backends"
+#: Where an injected exception may land: every plugin module, and the core modules that run
+#: inside hooks (the base class's own bookkeeping is covered by the SIGINT deferral).
+TARGETS = (str(ROOT / "plugins"), *(str(SRC / f) for f in (
+    "kv_cursor.py", "speculative.py", "sampling.py", "text.py")))
+INTERPRETER = {"litert-lm": {"session": "interpreter", "runtime": "interpreter"}}
+COMPILED = {"litert-lm": {"session": "interpreter", "runtime": "compiled"}}
+ENGINE = {"litert-lm": {"session": "engine"}}
+
+BACKENDS = [
+    pytest.param("llama.cpp", {}, "none", "llama_cpp", id="llama.cpp"),
+    pytest.param("llama.cpp", {}, "ngram", "llama_cpp", id="llama.cpp-ngram"),
+    pytest.param("litert-lm", INTERPRETER, "none", "ai_edge_litert", id="litert-interpreter"),
+    pytest.param("litert-lm", COMPILED, "none", "ai_edge_litert", id="litert-compiled"),
+    pytest.param("litert-lm", INTERPRETER, "ngram", "ai_edge_litert", id="litert-ngram"),
+    pytest.param("litert-lm", ENGINE, "none", "litert_lm", id="litert-engine"),
+    pytest.param("mlx", {}, "none", "mlx_lm", id="mlx"),
+    pytest.param("mlx", {}, "ngram", "mlx_lm", id="mlx-ngram"),
+]
+STEP, STEPS = 4, 6  # the reference: 6 steps of 4 tokens
+
+
+class Injector:
+    """Raise KeyboardInterrupt at the ``at``-th line executed in :data:`TARGETS` (0: only
+    count), on the calling thread and on the MLX thread (where the MLX hooks run)."""
+
+    def __init__(self, at: int = 0) -> None:
+        self.at = at
+        self.count = 0
+        self.fired = False
+
+    def _local(self, frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "line" and not self.fired:
+            self.count += 1
+            if self.count == self.at:
+                self.fired = True
+                raise KeyboardInterrupt(f"injected at line {self.count}")
+        return self._local
+
+    def _global(self, frame: FrameType, event: str, arg: Any) -> Any:
+        if frame.f_code.co_filename.startswith(TARGETS) and not self.fired:
+            return self._local
+        return None
+
+    def __enter__(self) -> Injector:
+        self._set(self._global)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._set(None)
+
+    @staticmethod
+    def _set(tracer: Any) -> None:
+        sys.settrace(tracer)
+        if "eliza_mlx.mlx_thread" in sys.modules:
+            from eliza_mlx.mlx_thread import MLX_THREAD
+
+            MLX_THREAD.run(lambda: sys.settrace(tracer))
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Iterator[InferenceContext]:
+    ctx = InferenceContext(TINY_BUNDLE)
+    yield ctx
+    ctx.close()
+
+
+def _open(ctx: InferenceContext, backend: str, options: dict[str, Any], drafter: str) -> Any:
+    return open_stream(ctx, backend=backend, options=options, threads=1, context_size=256,
+                       batch_size=8, max_tokens=STEP * STEPS + 8, drafter=drafter,
+                       draft_length=3)
+
+
+def _continue(s: Session, got: list[int], prompt_len: int, ref: list[int]) -> str:
+    """Run the session on to the reference length; 'same' when it matched the reference, or
+    'refused' when it asked for a reset (a runtime that cannot be rewound)."""
+    try:
+        while len(got) < len(ref):
+            got += s.next(STEP).tokens
+    except CancelledError:
+        assert len(s.history) == prompt_len + len(got)
+        s.reset()
+        return "refused"
+    assert got == ref, (got, ref)
+    assert len(s.history) == prompt_len + len(got)
+    return "same"
+
+
+def _points(total: int, most: int) -> list[int]:
+    """Up to ``most`` injection points spread over 1..total."""
+    if total <= most:
+        return list(range(1, total + 1))
+    return sorted({1 + round(i * (total - 1) / (most - 1)) for i in range(most)})
+
+
+@pytest.mark.parametrize(("backend", "options", "drafter", "module"), BACKENDS)
+def test_an_exception_anywhere_inside_a_backend_loses_nothing(
+        tiny: InferenceContext, backend: str, options: dict[str, Any], drafter: str,
+        module: str) -> None:
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"{module} is not installed")
+    with _open(tiny, backend, options, drafter) as ref_stream:
+        s = ref_stream.session
+        prompt = s.tokenize("the quick brown fox jumps over the lazy dog " * 3)
+        tail = s.tokenize(" and then", add_special=False)
+        s.prefill(prompt)
+        ref = [t for _ in range(STEPS) for t in s.next(STEP).tokens]
+        s.reset()
+        with Injector() as count_prefill:
+            s.prefill(prompt)
+        first = list(s.next(STEP).tokens)
+        with Injector() as count_next:
+            second = list(s.next(STEP).tokens)
+        s.prefill(tail)  # a prefill that continues a turn
+        ref_after_tail = [t for _ in range(2) for t in s.next(STEP).tokens]
+        with_tail = first + second + tail
+    outcomes: dict[str, int] = {}
+
+    def note(what: str) -> None:
+        outcomes[what] = outcomes.get(what, 0) + 1
+
+    # 1. next(): interrupted at line k, then the stream goes on as if nothing happened
+    for k in _points(count_next.count, 40):
+        with _open(tiny, backend, options, drafter) as stream:
+            s = stream.session
+            s.prefill(prompt)
+            got = list(s.next(STEP).tokens)
+            try:
+                with Injector(k):
+                    got += s.next(STEP).tokens
+                note("next: not reached")
+            except KeyboardInterrupt:
+                assert list(s.history) == prompt + got  # the caller saw nothing of it
+            note("next: " + _continue(s, got, len(prompt), ref))
+    # 2. the first prefill: interrupted, nothing changed; prefill again and go on
+    for k in _points(count_prefill.count, 25):
+        with _open(tiny, backend, options, drafter) as stream:
+            s = stream.session
+            try:
+                with Injector(k):
+                    s.prefill(prompt)
+                note("prefill: not reached")
+            except KeyboardInterrupt:
+                assert s.history == ()
+                with pytest.raises(InvalidArgumentError):
+                    s.next()  # nothing was prefilled
+                s.prefill(prompt)
+            note("prefill: " + _continue(s, [], len(prompt), ref))
+    # 3. a prefill that continues a turn: interrupted, the history is the turn so far
+    for k in _points(count_prefill.count, 15):
+        with _open(tiny, backend, options, drafter) as stream:
+            s = stream.session
+            s.prefill(prompt)
+            got = list(s.next(STEP).tokens) + list(s.next(STEP).tokens)
+            try:
+                with Injector(k):
+                    s.prefill(tail)
+            except KeyboardInterrupt:
+                assert list(s.history) == prompt + got
+                try:
+                    s.prefill(tail)
+                except CancelledError:  # the runtime could not be rewound: reset
+                    note("tail: refused")
+                    continue
+            after = [t for _ in range(2) for t in s.next(STEP).tokens]
+            assert after == ref_after_tail and list(s.history) == prompt + with_tail + after
+            note("tail: same")
+    print(f"{backend} {options} drafter={drafter}: next lines {count_next.count}, prefill "
+          f"lines {count_prefill.count}; outcomes {outcomes}")
+    if backend != "litert-lm" or options != ENGINE:  # every other runtime rewinds
+        assert not any(k.endswith("refused") for k in outcomes), outcomes
+
+
+# ---------------------------------------------------------------------------- real signals
+
+DRIVER = Path(__file__).parent / "interrupt_driver.py"
+
+
+def _drive(*args: str) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, str(DRIVER), *args], capture_output=True, text=True,
+                          timeout=300)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, f"driver died ({proc.returncode}): {proc.stderr[-3000:]}"
+    report: dict[str, Any] = json.loads(lines[-1][len("RESULT "):])
+    return report
+
+
+@pytest.mark.parametrize(("backend", "options", "drafter", "module"), [
+    p for p in BACKENDS if p.values[2] == "none"])
+@pytest.mark.parametrize("phase", ["prefill", "next"])
+def test_ctrl_c_surfaces_as_keyboard_interrupt_and_loses_nothing(
+        backend: str, options: dict[str, Any], drafter: str, module: str, phase: str) -> None:
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"{module} is not installed")
+    report = _drive(backend, json.dumps(options), phase, "24")
+    assert report["bad"] == [], report["bad"]
+    assert report["outcomes"].get("KeyboardInterrupt", 0) >= 12, report["outcomes"]
+    print(report)
+
+
+def test_generate_exits_130_on_ctrl_c() -> None:
+    pytest.importorskip("llama_cpp")
+    prompt = "the quick brown fox jumps over the lazy dog " * 300  # a long prefill
+    codes: list[tuple[float, int, str]] = []
+    for delay in (0.4, 0.8, 1.2, 1.6, 2.0, 2.5, 3.0, 4.0):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "eliza_backends", "generate", str(TINY_BUNDLE), prompt,
+             "--backend", "llama.cpp", "--threads", "1", "--context-size", "4096",
+             "--batch-size", "64", "--max-tokens", "400"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        codes.append((delay, proc.returncode, err.strip().splitlines()[-1] if err.strip() else ""))
+    bad = [c for c in codes if c[1] not in (130, 0)]
+    assert not bad, bad
+    assert all("error:" not in c[2] for c in codes), codes
+    assert sum(c[1] == 130 for c in codes) >= 6, codes
+
+
+def test_deferral_is_a_no_op_off_the_main_thread_and_for_ignored_sigint() -> None:
+    """Nothing changes where Python would not raise KeyboardInterrupt anyway."""
+    import threading
+
+    from eliza_backends.interrupts import SigintDeferral
+
+    flag = threading.Event()
+    deferral = SigintDeferral(flag)
+    seen: list[Any] = []
+
+    def elsewhere() -> None:
+        deferral.begin()
+        seen.append(signal.getsignal(signal.SIGINT))
+        deferral.end()
+
+    t = threading.Thread(target=elsewhere)
+    t.start()
+    t.join()
+    assert seen == [signal.default_int_handler]
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        deferral.begin()
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+        os.kill(os.getpid(), signal.SIGINT)
+        deferral.end()
+        assert not flag.is_set()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    # a custom handler runs after the call, not in the middle of it, and stops nothing
+    calls: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: calls.append(signum))
+    try:
+        deferral.begin()
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.01)
+        assert calls == [] and not flag.is_set()
+        deferral.end()
+        assert calls == [signal.SIGINT]
+    finally:
+        signal.signal(signal.SIGINT, previous)
