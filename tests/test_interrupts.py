@@ -227,9 +227,9 @@ def test_ctrl_c_surfaces_as_keyboard_interrupt_and_loses_nothing(
         backend: str, options: dict[str, Any], drafter: str, module: str, phase: str) -> None:
     if importlib.util.find_spec(module) is None:
         pytest.skip(f"{module} is not installed")
-    report = _drive(backend, json.dumps(options), phase, "24")
+    report = _drive(backend, json.dumps(options), phase, "12")
     assert report["bad"] == [], report["bad"]
-    assert report["outcomes"].get("KeyboardInterrupt", 0) >= 12, report["outcomes"]
+    assert report["outcomes"].get("KeyboardInterrupt", 0) >= 6, report["outcomes"]
     print(report)
 
 
@@ -260,7 +260,7 @@ def test_deferral_is_a_no_op_off_the_main_thread_and_for_ignored_sigint() -> Non
     from eliza_backends.interrupts import SigintDeferral
 
     flag = threading.Event()
-    deferral = SigintDeferral(flag)
+    deferral = SigintDeferral(flag.set)
     seen: list[Any] = []
 
     def elsewhere() -> None:

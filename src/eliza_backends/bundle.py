@@ -73,7 +73,9 @@ def artifact_format(path: Path) -> str | None:
         return suffix[1:] if path.is_dir() else None
     if path.is_dir() and path.name != DRAFT_DIR and (path / "config.json").is_file():
         try:
-            if any(e.name.endswith(".safetensors") for e in os.scandir(path)):
+            with os.scandir(path) as entries:  # (closed even when any() stops early)
+                weights = any(e.name.endswith(".safetensors") for e in entries)
+            if weights:
                 return "mlx"
         except OSError:
             return None
