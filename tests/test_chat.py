@@ -72,12 +72,21 @@ def test_bad_messages(bad: object) -> None:
 
 
 def test_rendered_ids_match_the_oracle_chat_prompts() -> None:
+    """The oracle's messages, rendered with the model's own template (from the GGUF) and
+    prefilled as chat, give the oracle's text and ids (the reference renders with HF
+    transformers)."""
     chats = [c for c in ORACLE["prompts"] if c["kind"] == "chat"]
     assert chats
     with open_stream(TINY_BUNDLE, backend="llama.cpp", threads=1) as stream:
+        template = stream.session.chat_template
+        assert template is not None
         for case in chats:
-            ids = stream.session.tokenize(case["text"], add_special=True)
-            assert ids == case["prompt_ids"]
+            rendered = render_chat(template, case["messages"],
+                                   **stream.session.template_tokens)
+            assert rendered == case["rendered"], case["name"]
+            stream.reset()
+            stream.prefill_messages(case["messages"])
+            assert list(stream.session.history) == case["prompt_ids"], case["name"]
 
 
 def test_three_turns_prefill_only_new_tokens() -> None:

@@ -89,19 +89,6 @@ class TestLiteRTEngineConformance(BackendConformance):
         "context_size": 512, "batch_size": 64, "max_tokens": 24, "threads": 1, "options": ENGINE}
     prompt_text = "The quick brown fox jumps over the lazy dog.\n"
 
-    def test_cancel_during_decode(self, open_session: Any, prompt: list[int]) -> None:
-        """The engine stops at its stop tokens whatever ``ignore_eos`` says, so the kit's long
-        threaded decode may end before the cancel lands; check cancel between chunks instead."""
-        with open_session(max_tokens=24) as s:
-            s.prefill(prompt)
-            assert s.next().tokens
-            s.cancel()
-            with pytest.raises(CancelledError):
-                s.next()
-            s.reset()
-            s.prefill(prompt)
-            assert s.next().tokens
-
     @pytest.fixture
     def factory(self) -> Factory:
         return LiteRTFactory()
@@ -208,6 +195,28 @@ def test_engine_text_matches_oracle_and_direct_engine(tmp_path: Path) -> None:
             assert _engine_text_ok(got, case), (case["name"], got)
             direct = litertlm_generate_text(TEXT / "tiny.litertlm", case["text"], n, tmp_path)
             assert got == direct, case["name"]
+
+
+@pytest.mark.skipif(not HAS_ENGINE, reason="litert-lm-api is not installed")
+def test_engine_never_invents_the_end_token_and_refuses_ignore_eos() -> None:
+    """The engine stops at a stop token it does not emit: the stream ends with
+    finish_reason "eos" and no token the engine never produced (it used to append the first
+    stop id, or id 0); ignore_eos, which it cannot honour, is refused at open."""
+    case = next(c for c in ORACLE["prompts"] if c["name"] == "chat_math")
+    with open_stream(TINY_BUNDLE, backend="litert-lm", max_tokens=64, threads=1,
+                     options=ENGINE) as stream:
+        s = stream.session
+        assert not s.capabilities.ignore_eos
+        stream.prefill(case["prompt_ids"])
+        steps = list(stream)
+        tokens = [t for st in steps for t in st.tokens]
+        assert steps[-1].finish_reason == "eos"
+        assert not set(tokens) & s.eog_token_ids, tokens
+        assert list(s.history) == case["prompt_ids"] + tokens
+        assert "".join(st.text for st in steps) == case["text_until_stop"]
+    with pytest.raises(UnsupportedOperationError, match="ignore_eos"):
+        open_stream(TINY_BUNDLE, backend="litert-lm", ignore_eos=True, threads=1,
+                    options=ENGINE)
 
 
 @pytest.mark.skipif(not HAS_ENGINE, reason="litert-lm-api is not installed")

@@ -129,7 +129,9 @@ def test_cancel_at_random_moments_never_breaks_a_session(phase: str, backend: st
             s.prefill(CASE["prompt_ids"])
             assert list(s.next(32).tokens) == CASE["continuation_ids"]
     assert outcomes["cancelled"] + outcomes["finished"] == 30
-    assert outcomes["cancelled"] > 0 or s.context_size < 1024, outcomes
+    # every call runs far longer than the 0-10 ms before its cancel (a 512-token LiteRT
+    # context too: ~500 tokens of prefill or decode), so nearly all must be cancelled
+    assert outcomes["cancelled"] >= 25, outcomes
 
 
 def test_cancel_races_on_the_scripted_backend_too(tmp_path: Path) -> None:

@@ -103,7 +103,9 @@ class Capabilities:
     (False: it always falls back to a full reset). ``slots``: save/restore. ``cancel_prefill``:
     ``cancel()`` interrupts a running prefill (False: only between calls/chunks).
     ``drafters``: the drafter kinds ``StreamConfig.drafter`` may name. ``sampling``: honours
-    temperature/top-k/top-p/min-p/seed (False: greedy only).
+    temperature/top-k/top-p/min-p/seed (False: greedy only). ``ignore_eos``: honours
+    ``config.ignore_eos`` (False: the runtime ends at its stop tokens itself, so opening with
+    ``ignore_eos=True`` raises :class:`UnsupportedOperationError`).
     """
 
     token_input: bool = True
@@ -111,6 +113,7 @@ class Capabilities:
     slots: bool = False
     cancel_prefill: bool = True
     sampling: bool = True
+    ignore_eos: bool = True
     drafters: frozenset[str] = frozenset({"none"})
 
 

@@ -10,12 +10,12 @@ LiteRT-LM's Python API takes text and streams text, so this session translates:
   context position is reserved for it); the start token anywhere else is refused.
 * ``next()``: each streamed chunk (one per generated token on the engine's CPU path) is
   re-tokenized with the engine's tokenizer to give ids. When the engine stops by itself before
-  the budget (it hit a stop token, which it does not emit) the session reports the model's
-  first stop id, so the stream ends with ``finish_reason="eos"``.
+  the budget (it hit a stop token, which it does not emit) the stream ends with
+  ``finish_reason="eos"`` and no token: the session never invents the stop id it did not see.
 
 Limits, declared in :attr:`capabilities`: no token-level input, no slots, no prefix reuse
 (``reset_keep`` is a full reset), cancel only between streamed chunks, sampling by the engine
-(temperature, top-k, top-p, seed; no min-p, no repeat penalty), ``ignore_eos`` not honoured,
+(temperature, top-k, top-p, seed; no min-p, no repeat penalty), no ``ignore_eos`` (refused),
 no drafter (``drafters={"none"}``): LiteRT-LM's Python API has an on/off
 ``enable_speculative_decoding`` switch but reports no drafted/accepted counts (its
 ``BenchmarkInfo`` has token counts and tokens/s only), so steps carry ``drafted = accepted = 0``
@@ -145,6 +145,10 @@ def open_engine_session(context: InferenceContext, config: StreamConfig, options
         raise UnsupportedOperationError(
             "the LiteRT-LM engine session samples with temperature/top-k/top-p/seed only; "
             "min_p and repeat_penalty need session='interpreter'")
+    if config.ignore_eos:
+        raise UnsupportedOperationError(
+            "the LiteRT-LM engine session cannot ignore end tokens (the engine ends its turn at "
+            "a stop token itself); use session='interpreter' for ignore_eos")
     key = ("litert-lm", "engine", str(path), rung.name, config.threads, options.cache_dir)
     loaded = context.shared(key, lambda: load_engine(path, rung, config.threads,
                                                      options.cache_dir), close_engine)
@@ -191,7 +195,7 @@ class EngineSession(Session):
     @property
     def capabilities(self) -> Capabilities:
         return Capabilities(token_input=False, prefix_reuse=False, slots=False,
-                            cancel_prefill=False, sampling=True)
+                            cancel_prefill=False, sampling=True, ignore_eos=False)
 
     # ------------------------------------------------------------------ hooks
 
@@ -252,11 +256,11 @@ class EngineSession(Session):
             try:
                 chunk = next(self._stream)
             except StopIteration:
+                # the engine ended its turn (at a stop token it does not emit): say so, never
+                # invent the token
                 self._stream = None
-                self._turn_tokens = self.config.max_tokens  # the engine's turn is over
-                if self._loaded.eog:
-                    out.append(self._loaded.eog[0])
-                break
+                self._turn_tokens = self.config.max_tokens
+                return Decoded(out, finish="eos")
             except Exception as exc:
                 self._stream = None
                 raise BackendRuntimeError(f"LiteRT-LM decode failed: {exc}") from None
@@ -265,8 +269,8 @@ class EngineSession(Session):
                 ids = list(self._loaded.engine.tokenize(text))
                 self._turn_tokens += 1
                 self._buffer += ids
-        if not out:  # the engine gave nothing more: end the stream rather than spin
-            out.append(self._loaded.eog[0] if self._loaded.eog else 0)
+        if not out:  # the engine's turn is over: end the stream rather than spin
+            return Decoded(out, finish="eos")
         return Decoded(out)
 
     def _stop_stream(self, cancel: bool = True) -> None:
