@@ -114,16 +114,20 @@ class ScriptedFactory(Factory):
 
     def __init__(self, name: str = "scripted", *, aliases: tuple[str, ...] = (), rank: int = 1,
                  available: bool = True, reason: str = "not on this host",
-                 suffix: str = ".scripted") -> None:
+                 suffix: str = ".scripted", installed: bool = True) -> None:
         self.name = name  # type: ignore[misc]
         self.aliases = aliases  # type: ignore[misc]
         self._rank = rank
         self._available = available
         self._reason = reason
         self._suffix = suffix
+        self._installed = installed
 
     def available(self) -> Availability:
-        return Availability.yes() if self._available else Availability.no(self._reason)
+        if self._available:
+            return Availability.yes()
+        return Availability.no(self._reason) if self._installed else \
+            Availability.missing(self._reason)
 
     def can_serve(self, bundle_dir: str | Path) -> bool:  # type: ignore[override]
         text = Path(bundle_dir) / "text"

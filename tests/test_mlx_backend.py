@@ -228,10 +228,30 @@ def test_coreml_is_reported_unavailable_with_the_reason() -> None:
 
 @LINUX_ONLY
 @pytest.mark.parametrize("suffix", [".mlpackage", ".mlmodelc"])
-def test_coreml_artifacts_are_recognised(tmp_path: Path, suffix: str) -> None:
+def test_explain_predicts_open_for_a_coreml_only_bundle(tmp_path: Path, suffix: str) -> None:
+    """Where Core ML cannot run, a Core-ML-only bundle is not "chosen" (open would fail):
+    explain says why, for the auto selection and for every hard request."""
     bundle = _coreml_bundle(tmp_path, suffix)
-    assert MLXFactory().can_serve(bundle)
-    assert explain(bundle, backend="coreml").chosen == "mlx-coreml"
+    assert not MLXFactory().can_serve(bundle)
+    assert "macOS" in MLXFactory().cannot_serve_reason(bundle)
+    for backend in (None, "mlx", "mlx-coreml", "coreml"):
+        report = explain(bundle, backend=backend)
+        assert report.chosen is None, (backend, str(report))
+        assert report.error is not None and "macOS" in report.error, (backend, report.error)
+        mlx = next(c for c in report.candidates if c.name == "mlx-coreml")
+        assert mlx.verdict in ("cannot-serve", "unavailable") and "macOS" in mlx.reason
+
+
+@LINUX_ONLY
+def test_a_hard_request_for_coreml_never_opens_mlx() -> None:
+    """The tiny bundle has an MLX folder and a .mlpackage: backend="coreml" used to open MLX
+    on Linux. It names Core ML, which cannot run here: fail loudly."""
+    with pytest.raises(BackendSelectionError, match="Core ML prediction needs macOS") as err:
+        open_stream(TINY_BUNDLE, backend="coreml")
+    assert err.value.code == Status.ERR_BACKEND_UNAVAILABLE
+    assert explain(TINY_BUNDLE, backend="coreml").chosen is None
+    with open_stream(TINY_BUNDLE, backend="mlx") as stream:  # the whole backend still opens
+        assert stream.backend == "mlx-coreml"
 
 
 @LINUX_ONLY
@@ -252,9 +272,16 @@ def test_engine_option_coreml_fails_loudly_off_macos() -> None:
 
 def test_engine_option_coreml_on_an_mlx_only_bundle_is_refused(tmp_path: Path) -> None:
     shutil.copytree(MLX_DIR, tmp_path / "text" / "tiny-mlx")
-    with pytest.raises(BackendSelectionError, match=r"\.mlpackage") as err:
-        open_stream(tmp_path, backend="coreml", options={"coreml": {"engine": "coreml"}})
-    assert err.value.code == Status.ERR_CANNOT_SERVE
+    with pytest.raises(BackendSelectionError) as err:
+        open_stream(tmp_path, backend="mlx", options={"mlx": {"engine": "coreml"}})
+    assert ".mlpackage" in err.value.message and err.value.code == Status.ERR_CANNOT_SERVE
+    with pytest.raises(BackendSelectionError) as err:  # backend="coreml": Core ML alone
+        open_stream(tmp_path, backend="coreml")
+    if sys.platform == "darwin":
+        assert ".mlpackage" in err.value.message and err.value.code == Status.ERR_CANNOT_SERVE
+    else:
+        assert "macOS" in err.value.message
+        assert err.value.code == Status.ERR_BACKEND_UNAVAILABLE
 
 
 # ------------------------------------------------------------------------------ availability

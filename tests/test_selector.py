@@ -60,7 +60,7 @@ def test_env_unknown_name_fails_loudly(plugin_site: PluginSite, bundle: Path) ->
     err = _error(plugin_site, bundle, ELIZA_LLM_BACKEND="alpah")
     assert "not installed" in err.message and "'alpha'" in err.message
     assert "llama.cpp, alpha" in err.message or "alpha, llama.cpp" in err.message
-    assert err.code == Status.ERR_BACKEND_UNAVAILABLE
+    assert err.code == Status.ERR_BACKEND_NOT_INSTALLED  # not "installed but unavailable"
     err = _error(plugin_site, bundle, ELIZA_LLM_BACKEND="litert-lm")
     assert "pip install 'eliza-backends[litert]'" in err.message
 
@@ -236,3 +236,61 @@ def test_cli_select_uses_real_discovery(plugin_site: PluginSite, bundle: Path) -
     out = subprocess.run([sys.executable, "-m", "eliza_backends", "select", str(bundle)],
                          env=env, capture_output=True, text=True)
     assert out.returncode == 1 and "nosuch" in out.stderr and "Traceback" not in out.stderr
+
+
+# ----------------------------------------------------- not installed / not available (15.13)
+
+def test_not_installed_and_not_available_have_their_own_codes(plugin_site: PluginSite,
+                                                              tmp_path: Path) -> None:
+    """A bundle whose .gguf llama.cpp would serve, with llama-cpp-python missing, used to get
+    ERR_CANNOT_SERVE and "add a .gguf to text/". It now says what to install."""
+    gguf = make_bundle(tmp_path / "g", "m.gguf")
+    plugin_site.add_scripted("llama", '"llama.cpp", rank=0, suffix=".gguf", available=False, '
+                                      'installed=False, reason="llama-cpp-python is not '
+                                      'installed: pip install x"')
+    plugin_site.add_scripted("alpha", '"alpha", rank=5, suffix=".alpha", available=False, '
+                                      'reason="no NPU here"')
+    err = _error(plugin_site, gguf)
+    assert err.code == Status.ERR_BACKEND_NOT_INSTALLED, err
+    assert "llama-cpp-python is not installed" in err.message and ".gguf" not in err.message
+    err = _error(plugin_site, gguf, ELIZA_LLM_BACKEND="llama.cpp")
+    assert err.code == Status.ERR_BACKEND_NOT_INSTALLED and "not installed" in err.message
+    alpha = make_bundle(tmp_path / "a", "m.alpha")  # installed, but not on this host
+    err = _error(plugin_site, alpha)
+    assert err.code == Status.ERR_BACKEND_UNAVAILABLE and "no NPU here" in err.message
+    err = _error(plugin_site, alpha, ELIZA_LLM_BACKEND="alpha")
+    assert err.code == Status.ERR_BACKEND_UNAVAILABLE and "no NPU here" in err.message
+    empty = make_bundle(tmp_path / "e", "README.txt")  # no artifact at all
+    err = _error(plugin_site, empty)
+    assert err.code == Status.ERR_CANNOT_SERVE and "Add one" in err.message
+
+
+def test_an_artifact_no_installed_plugin_serves_names_the_extra(plugin_site: PluginSite,
+                                                                tmp_path: Path) -> None:
+    plugin_site.add_scripted("alpha", '"alpha", rank=5, suffix=".alpha"')
+    gguf = make_bundle(tmp_path / "g", "m.gguf")
+    err = _error(plugin_site, gguf)
+    assert err.code == Status.ERR_BACKEND_NOT_INSTALLED, err
+    assert "pip install 'eliza-backends[llamacpp]'" in err.message
+
+
+def test_the_llama_cpp_plugin_reports_a_missing_runtime_as_not_installed(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    pytest.importorskip("eliza_llamacpp")
+    import importlib.util
+
+    from eliza_llamacpp import LlamaCppFactory
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "llama_cpp" else real(name, *a))
+    factory = LlamaCppFactory()
+    avail = factory.available()
+    assert not avail and not avail.installed and "pip install" in avail.reason
+    registry = Registry(environ={})
+    registry.register(type("OnlyLlama", (), {"eliza_backends_factories": staticmethod(
+        lambda: [factory])})(), name="only-llama")
+    with pytest.raises(BackendSelectionError) as err:
+        select(make_bundle(tmp_path / "g", "m.gguf"), environ={}, registry=registry)
+    assert err.value.code == Status.ERR_BACKEND_NOT_INSTALLED
+    assert "llama-cpp-python is not installed" in err.value.message

@@ -122,11 +122,14 @@ class Availability:
     """Whether a backend can run on this host. Truthy when it can; ``reason`` says why not.
 
     ``detail`` is extra, backend-defined facts for ``explain()`` (e.g. the accelerator rung).
+    ``installed``: False when what is missing is the runtime package itself (the selector
+    then says "not installed", ``ERR_BACKEND_NOT_INSTALLED``, rather than "not available").
     """
 
     ok: bool
     reason: str = ""
     detail: dict[str, str] = field(default_factory=dict)
+    installed: bool = True
 
     def __bool__(self) -> bool:
         return self.ok
@@ -140,6 +143,12 @@ class Availability:
     def no(cls, reason: str, **detail: str) -> Availability:
         """Unavailable, with the human reason."""
         return cls(False, reason, dict(detail))
+
+    @classmethod
+    def missing(cls, reason: str, **detail: str) -> Availability:
+        """Unavailable because the runtime package is not installed (``reason``: what to
+        pip install)."""
+        return cls(False, reason, dict(detail), installed=False)
 
 
 class Session(ABC):
@@ -888,6 +897,19 @@ class Factory(ABC):
     def can_serve(self, bundle_dir: str | os.PathLike[str]) -> bool:
         """Whether the bundle ships an artifact this backend serves (a directory probe)."""
         return bool(find_artifacts(bundle_dir, self.formats))
+
+    def cannot_serve_reason(self, bundle_dir: str | os.PathLike[str]) -> str:
+        """One line for ``explain()`` and errors: why :meth:`can_serve` is False for
+        ``bundle_dir``. A backend whose artifacts may be present yet unrunnable on this host
+        (a Core ML model off macOS) overrides it to say so."""
+        return f"no {'/'.join(self.formats) or 'matching'} artifact under text/"
+
+    def pinned(self, name: str) -> Factory:
+        """The factory a hard request by ``name`` (one of :meth:`names`) gets: this one, or,
+        for an alias that names one engine of a multi-engine backend (``coreml``), a factory
+        whose ``available()`` / ``can_serve()`` / ``open()`` answer for that engine alone, so
+        the request fails loudly where that engine cannot run."""
+        return self
 
     def preference_rank(self) -> int:
         """Higher wins auto-selection. llama.cpp is 0; a rank <= 0 is chosen only when

@@ -30,6 +30,7 @@ class Status(IntEnum):
     ERR_BUSY = -11
     ERR_PLUGIN = -12
     ERR_SLOT = -13
+    ERR_BACKEND_NOT_INSTALLED = -14
 
     @property
     def symbol(self) -> str:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .backend import Availability, Factory
+from .bundle import FORMATS, find_artifacts
 from .errors import BackendSelectionError, Status
 from .registry import Registry, default_registry, safe_available, safe_rank
 
@@ -119,18 +120,31 @@ class _Row:
     availability: Availability
     can_serve: bool
     rank: int
+    why_not: str = ""  # why it cannot serve (empty when it can)
+    has_artifact: bool = False  # the bundle has an artifact of one of its formats
+
+    @classmethod
+    def probe(cls, factory: Factory, bundle: Path) -> _Row:
+        serves = _safe_can_serve(factory, bundle)
+        why = "" if serves else _safe_reason(factory, bundle)
+        return cls(factory, safe_available(factory), serves, safe_rank(factory), why,
+                   bool(find_artifacts(bundle, factory.formats)))
 
     @property
     def name(self) -> str:
         return self.factory.name
+
+    @property
+    def unrunnable(self) -> bool:
+        """It is available and the bundle has its kind of artifact, which cannot run here."""
+        return self.availability.ok and not self.can_serve and self.has_artifact
 
     def verdict(self) -> tuple[Verdict, str]:
         """The verdict before any choice: unavailable, cannot serve, or a candidate."""
         if not self.availability.ok:
             return "unavailable", self.availability.reason or "not available on this host"
         if not self.can_serve:
-            return "cannot-serve", (f"no {'/'.join(self.factory.formats) or 'matching'} "
-                                    "artifact under text/")
+            return "cannot-serve", self.why_not
         return "lower-rank", f"rank {self.rank}"
 
 
@@ -166,8 +180,7 @@ def _gather(bundle_dir: str | os.PathLike[str], backend: str | None,
     elif env.get(BACKEND_ENV, "").strip():
         requested, requested_by = env[BACKEND_ENV].strip(), f"{BACKEND_ENV} env"
     bundle = Path(bundle_dir)
-    rows = [_Row(f, safe_available(f), _safe_can_serve(f, bundle), safe_rank(f))
-            for f in reg.factories()]
+    rows = [_Row.probe(f, bundle) for f in reg.factories()]
     broken = tuple(f"{p.plugin}: {p.error}" for p in reg.problems())
     selection = _Selection(bundle, requested, requested_by, rows, broken)
     selection.verdicts = {r.name: r.verdict() for r in rows}
@@ -196,20 +209,32 @@ def _hard_request(sel: _Selection, requested: str) -> tuple[SelectionReport, Fac
             sel.verdicts[r.name] = ("not-requested", f"{sel.requested_by} asks for {requested}")
     if match is None:
         err = _unknown_backend(requested, sel.requested_by, [r.factory for r in sel.rows])
-        return sel.report(None, err), None
+        return sel.report(None, err, Status.ERR_BACKEND_NOT_INSTALLED), None
+    pinned = _safe_pinned(match.factory, requested)
+    if pinned is not match.factory:  # an alias naming one engine: that engine's verdict
+        match = _Row.probe(pinned, sel.bundle)
+        sel.rows = [match if r.name == match.name else r for r in sel.rows]
     f = match.factory
     if not match.availability.ok:
         reason = match.availability.reason
         sel.verdicts[f.name] = ("unavailable", reason)
+        if not match.availability.installed:
+            err = (f"{sel.requested_by} asks for backend {requested!r} ({f.name}), whose "
+                   f"runtime is not installed: {reason}")
+            return sel.report(None, err, Status.ERR_BACKEND_NOT_INSTALLED), None
         err = (f"{sel.requested_by} asks for backend {requested!r} ({f.name}), which is "
                f"installed but not available on this host: {reason}. Unset it to let the "
                "selector choose, or fix the runtime install.")
         return sel.report(None, err), None
     if not match.can_serve:
-        sel.verdicts[f.name] = ("cannot-serve", sel.verdicts[f.name][1])
+        sel.verdicts[f.name] = ("cannot-serve", match.why_not)
+        if match.has_artifact:  # its kind of artifact is there, and cannot run on this host
+            err = (f"{sel.requested_by} asks for backend {requested!r} ({f.name}), which "
+                   f"cannot serve {sel.bundle} here: {match.why_not}")
+            return sel.report(None, err), None
         err = (f"{sel.requested_by} asks for backend {requested!r} ({f.name}), which cannot "
-               f"serve {sel.bundle}: no {'/'.join(f.formats)} artifact under text/. Add one "
-               "(`eliza-backends bundle create`) or choose another backend.")
+               f"serve {sel.bundle}: {match.why_not}. Add one (`eliza-backends bundle "
+               "create`) or choose another backend.")
         return sel.report(None, err, Status.ERR_CANNOT_SERVE), None
     sel.verdicts[f.name] = ("chosen", f"requested by {sel.requested_by}")
     return sel.report(f, None), f
@@ -229,15 +254,39 @@ def _auto_select(sel: _Selection) -> tuple[SelectionReport, Factory | None]:
     elif best is not None:
         chosen, reason = best, f"llama.cpp cannot serve; highest remaining rank ({best.rank})"
     else:
-        lacks = "; ".join(f"{r.name}: {sel.verdicts[r.name][1]}" for r in sel.rows) or \
-            "no backend is installed"
-        err = (f"no installed backend can serve {sel.bundle} ({lacks}). Install a backend for "
-               "the bundle's artifacts (pip install eliza-backends[all]) or add a .gguf to "
-               "text/.")
-        return sel.report(None, err, Status.ERR_CANNOT_SERVE), None
+        return _nothing_serves(sel), None
     for r in candidates:
         sel.verdicts[r.name] = _candidate_verdict(r, chosen, reason, llama is not None)
     return sel.report(chosen.factory, None), chosen.factory
+
+
+def _nothing_serves(sel: _Selection) -> SelectionReport:
+    """Rule 5's error. When the bundle has artifacts, it says what would run them (a backend
+    to install, or one that is installed but cannot run here); only a bundle with no artifact
+    is told to add one."""
+    absent = sorted({f.backend for f in FORMATS.values() if find_artifacts(sel.bundle, [f.name])}
+                    - {r.name for r in sel.rows})
+    missing = [r for r in sel.rows if r.can_serve and not r.availability.installed]
+    unavailable = [r for r in sel.rows if r.can_serve and not r.availability.ok
+                   and r.availability.installed]
+    unrunnable = [r for r in sel.rows if r.unrunnable]
+    blockers = [*(f"{name} serves its artifacts and is not installed: pip install "
+                  f"'eliza-backends[{KNOWN_BACKENDS.get(name, name)}]'" for name in absent),
+                *(f"{r.name} serves its artifacts and is not installed: "
+                  f"{r.availability.reason}" for r in missing),
+                *(f"{r.name} serves its artifacts and is installed but not available on this "
+                  f"host: {r.availability.reason}" for r in unavailable),
+                *(f"{r.name}: {r.why_not}" for r in unrunnable)]
+    if blockers:
+        code = Status.ERR_BACKEND_NOT_INSTALLED if not (unavailable or unrunnable) else \
+            Status.ERR_BACKEND_UNAVAILABLE
+        return sel.report(None, f"no backend can run {sel.bundle} on this host: "
+                          + "; ".join(blockers), code)
+    lacks = "; ".join(f"{r.name}: {sel.verdicts[r.name][1]}" for r in sel.rows) or \
+        "no backend is installed"
+    err = (f"no installed backend can serve {sel.bundle} ({lacks}): it has no model artifact "
+           "under text/. Add one (a .gguf, `eliza-backends bundle create`).")
+    return sel.report(None, err, Status.ERR_CANNOT_SERVE)
 
 
 def _candidate_verdict(row: _Row, chosen: _Row, reason: str,
@@ -257,6 +306,21 @@ def _safe_can_serve(factory: Factory, bundle: Path) -> bool:
         return bool(factory.can_serve(bundle))
     except Exception:
         return False
+
+
+def _safe_reason(factory: Factory, bundle: Path) -> str:
+    try:
+        return str(factory.cannot_serve_reason(bundle))
+    except Exception as exc:
+        return f"cannot_serve_reason() failed: {type(exc).__name__}: {exc}"
+
+
+def _safe_pinned(factory: Factory, name: str) -> Factory:
+    try:
+        pinned = factory.pinned(name)
+    except Exception:
+        return factory
+    return pinned if isinstance(pinned, Factory) else factory
 
 
 def _unknown_backend(requested: str, requested_by: str | None,

@@ -114,12 +114,12 @@ class LiteRTFactory(Factory):
     @staticmethod
     def _probe_runtime(ladder: LadderResult) -> Availability:
         if importlib.util.find_spec("ai_edge_litert") is None:
-            return Availability.no("ai-edge-litert is not installed: pip install "
-                                   "'eliza-backends[litert]'")
+            return Availability.missing("ai-edge-litert is not installed: pip install "
+                                        "'eliza-backends[litert]'")
         if importlib.util.find_spec("numpy") is None or \
                 importlib.util.find_spec("tokenizers") is None:
-            return Availability.no("numpy/tokenizers are missing: pip install "
-                                   "'eliza-backends[litert]'")
+            return Availability.missing("numpy/tokenizers are missing: pip install "
+                                        "'eliza-backends[litert]'")
         if ladder.chosen is None:
             return Availability.no(ladder.error or "no accelerator rung is usable",
                                    **ladder.detail())

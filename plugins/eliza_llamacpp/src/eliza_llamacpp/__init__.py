@@ -61,7 +61,7 @@ class LlamaCppFactory(Factory):
     def _availability(self) -> Availability:
         spec = importlib.util.find_spec("llama_cpp")
         if spec is None or not spec.submodule_search_locations:
-            return Availability.no(
+            return Availability.missing(
                 "llama-cpp-python is not installed: pip install 'eliza-backends[llamacpp]'")
         pkg = Path(next(iter(spec.submodule_search_locations)))
         lib = _LIB_NAMES.get(sys.platform, "libllama.so")

@@ -25,6 +25,7 @@ from eliza_backends import (
     BackendSelectionError,
     Factory,
     InferenceContext,
+    InvalidArgumentError,
     ModelInfo,
     Session,
     Status,
@@ -83,7 +84,8 @@ class MLXFactory(Factory):
         detail.update(coreml.detail)
         if mlx.ok or coreml.ok:
             return Availability(True, "", detail)
-        return Availability(False, f"{mlx.reason}; {coreml.reason}", detail)
+        return Availability(False, f"{mlx.reason}; {coreml.reason}", detail,
+                            installed=mlx.installed)
 
     def available(self) -> Availability:
         """mlx-lm can run (mlx with a backend library) or Core ML can predict (macOS 15+).
@@ -92,13 +94,28 @@ class MLXFactory(Factory):
         return self._availability
 
     def can_serve(self, bundle_dir: str | os.PathLike[str]) -> bool:
-        """A ``.mlpackage`` / ``.mlmodelc`` (recognised on every host: opening one where Core ML
-        cannot run fails loudly), or an MLX folder unless only Core ML runs here."""
-        if find_artifacts(bundle_dir, COREML_FORMATS):
+        """An MLX folder where mlx-lm runs, or a ``.mlpackage`` / ``.mlmodelc`` where Core ML
+        runs: what :meth:`open` would open (``explain()`` predicts it). Where neither engine
+        runs (an unavailable backend), an artifact of either kind counts, so the selector
+        says the backend is unavailable rather than that the bundle lacks an artifact."""
+        mlx, coreml = mlx_status(), coreml_status()
+        if find_artifacts(bundle_dir, MLX_FORMATS) and (mlx.ok or not coreml.ok):
             return True
-        if not find_artifacts(bundle_dir, MLX_FORMATS):
-            return False
-        return mlx_status().ok or not coreml_status().ok
+        return bool(find_artifacts(bundle_dir, COREML_FORMATS)) and (coreml.ok or not mlx.ok)
+
+    def cannot_serve_reason(self, bundle_dir: str | os.PathLike[str]) -> str:
+        coreml = coreml_status()
+        if find_artifacts(bundle_dir, COREML_FORMATS) and not coreml.ok:
+            return (f"the Core ML model under text/ cannot run here: {coreml.reason} (ship an "
+                    "MLX folder or a GGUF for this host)")
+        if find_artifacts(bundle_dir, MLX_FORMATS):
+            return f"the MLX folder under text/ cannot run here: {mlx_status().reason}"
+        return super().cannot_serve_reason(bundle_dir)
+
+    def pinned(self, name: str) -> Factory:
+        """``coreml`` asks for the Core ML engine alone (it fails loudly where Core ML cannot
+        run, never opening MLX instead); the other names get the whole backend."""
+        return CoreMLOnlyFactory() if name.lower() == "coreml" else self
 
     def preference_rank(self) -> int:
         mlx, coreml = mlx_status(), coreml_status()
@@ -120,10 +137,14 @@ class MLXFactory(Factory):
         return mlx.reason
 
     def open(self, context: InferenceContext, config: StreamConfig) -> Session:
+        return self._open(context, config, self.parse_options(config).engine)
+
+    def _open(self, context: InferenceContext, config: StreamConfig,
+              engine: str) -> Session:
         options: MLXOptions = self.parse_options(config)
         mlx, coreml = mlx_status(), coreml_status()
         bundle = context.bundle_dir
-        if options.engine in ("auto", "mlx"):
+        if engine in ("auto", "mlx"):
             if mlx.ok and find_artifacts(bundle, MLX_FORMATS):
                 _import_mlx_modules()
                 from .mlx_session import MLXSession
@@ -133,7 +154,7 @@ class MLXFactory(Factory):
                 loaded = shared_weights(context, path)
                 drafter = self.make_drafter(context, config, loaded.info, greedy_only=True)
                 return MLXSession(loaded, config, context, drafter)
-            if options.engine == "mlx" or not find_artifacts(bundle, COREML_FORMATS):
+            if engine == "mlx" or not find_artifacts(bundle, COREML_FORMATS):
                 why = mlx.reason if not mlx.ok else "no MLX weights folder under text/"
                 raise BackendSelectionError(
                     f"{self.name} cannot serve {bundle} with MLX: {why}",
@@ -143,7 +164,7 @@ class MLXFactory(Factory):
                 f"{self.name}: {bundle} ships no .mlpackage / .mlmodelc under text/ for Core ML",
                 code=Status.ERR_CANNOT_SERVE)
         if not coreml.ok:
-            hint = ("ship an MLX folder or a GGUF for this host" if options.engine == "auto"
+            hint = ("ship an MLX folder or a GGUF for this host" if engine == "auto"
                     else "use engine='mlx' or another backend on this host")
             raise BackendSelectionError(
                 f"{self.name}: the Core ML model in {bundle} cannot run here: {coreml.reason}. "
@@ -165,6 +186,34 @@ class MLXFactory(Factory):
         path = self.draft_artifact(context.bundle_dir, config, formats=MLX_FORMATS)
         return MLXDraftModel(shared_weights(context, path), target.vocab_size,
                              config.batch_size)
+
+
+class CoreMLOnlyFactory(MLXFactory):
+    """What ``backend="coreml"`` gets: this backend restricted to its Core ML engine (so a
+    hard request for Core ML fails loudly where Core ML cannot run instead of opening MLX)."""
+
+    def available(self) -> Availability:
+        coreml = coreml_status()
+        if coreml.ok:
+            return Availability.yes(coreml=f"yes ({coreml.device})", **coreml.detail)
+        return Availability(False, coreml.reason, {"coreml": f"no: {coreml.reason}"},
+                            installed=coreml.installed)
+
+    def can_serve(self, bundle_dir: str | os.PathLike[str]) -> bool:
+        return bool(find_artifacts(bundle_dir, COREML_FORMATS))
+
+    def cannot_serve_reason(self, bundle_dir: str | os.PathLike[str]) -> str:
+        return "no .mlpackage / .mlmodelc under text/ for Core ML"
+
+    def pinned(self, name: str) -> Factory:
+        return self
+
+    def open(self, context: InferenceContext, config: StreamConfig) -> Session:
+        engine = self.parse_options(config).engine
+        if engine == "mlx":
+            raise InvalidArgumentError("backend='coreml' asks for the Core ML engine but the "
+                                       "options ask for engine='mlx'; use backend='mlx' for it")
+        return self._open(context, config, "coreml")
 
 
 def _import_mlx_modules() -> None:
@@ -191,4 +240,5 @@ def eliza_backends_factories() -> list[Factory]:
     return [MLXFactory()]
 
 
-__all__ = ["MLXFactory", "MLXOptions", "eliza_backends_factories", "host_summary"]
+__all__ = ["CoreMLOnlyFactory", "MLXFactory", "MLXOptions", "eliza_backends_factories",
+           "host_summary"]

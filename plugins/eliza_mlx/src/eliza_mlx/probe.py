@@ -36,6 +36,7 @@ class RuntimeStatus:
     reason: str = ""
     device: str = ""  # "metal" | "cuda" | "cpu" | "ane" (Core ML)
     detail: dict[str, str] = field(default_factory=dict)
+    installed: bool = True  # False: the runtime's package is missing (the reason says which)
 
 
 def _version(dist: str) -> str | None:
@@ -79,12 +80,14 @@ def mlx_status() -> RuntimeStatus:
     """Whether mlx-lm can run on this host, decided from files and metadata (cached)."""
     pkg = _mlx_dir()
     if pkg is None or not any(pkg.glob("core.*")):
-        return RuntimeStatus(False, "mlx is not installed: pip install 'eliza-backends[mlx]'")
+        return RuntimeStatus(False, "mlx is not installed: pip install 'eliza-backends[mlx]'",
+                             installed=False)
     version = _version("mlx") or "?"
     if version != "?" and _version_tuple(version) < MIN_MLX:
         return RuntimeStatus(False, f"mlx {version} is too old: this backend needs mlx>=0.32")
     if importlib.util.find_spec("mlx_lm") is None:
-        return RuntimeStatus(False, "mlx-lm is not installed: pip install 'mlx-lm>=0.32.2'")
+        return RuntimeStatus(False, "mlx-lm is not installed: pip install 'mlx-lm>=0.32.2'",
+                             installed=False)
     if importlib.util.find_spec("tokenizers") is None:
         return RuntimeStatus(False, "tokenizers is not installed: pip install tokenizers")
     lib_dir = pkg / "lib"
@@ -131,7 +134,7 @@ def coreml_status() -> RuntimeStatus:
     version = _version("coremltools")
     if version is None or importlib.util.find_spec("coremltools") is None:
         return RuntimeStatus(False, "coremltools is not installed: pip install "
-                             "'coremltools>=9.0'")
+                             "'coremltools>=9.0'", installed=False)
     if _version_tuple(version) < (9, 0):
         return RuntimeStatus(False, f"coremltools {version} is too old: need >=9.0")
     return RuntimeStatus(True, device="ane", detail={"coremltools_version": version, "macos": mac})
