@@ -7,6 +7,7 @@ and bad headers before the runtime sees a file."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -538,7 +539,7 @@ def test_sampler_is_seeded_and_respects_top_k() -> None:
 
 @pytest.mark.skipif(not HAS_ENGINE, reason="litert-lm-api is not installed")
 def test_engine_walks_down_the_ladder_when_a_rung_fails_to_start(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     import eliza_litert
     import eliza_litert.engine_session as es
 
@@ -558,14 +559,53 @@ def test_engine_walks_down_the_ladder_when_a_rung_fails_to_start(
     monkeypatch.setattr(es, "open_engine_session", flaky)
     f = LiteRTFactory(environ={})
     assert f.preference_rank() > 0
-    with InferenceContext(TINY_BUNDLE) as ctx:
+    assert "fallback" not in f.available().detail
+    with InferenceContext(TINY_BUNDLE) as ctx, caplog.at_level(logging.WARNING, "eliza_litert"):
         s = f.open(ctx, StreamConfig(threads=1))  # auto: the engine on an accelerator rung
         assert tried == ["gpu", "cpu"] and s.ladder_rung == "cpu"  # type: ignore[attr-defined]
         s.prefill(s.tokenize("Four score"))
         assert s.next().tokens
+    # the fallback is said, in the log and in explain() (it was silent)
+    assert any("gpu failed to start" in r.getMessage() for r in caplog.records)
+    assert "no WebGPU adapter (fake)" in f.available().detail["fallback"]
     forced = LiteRTFactory(environ={"ELIZA_LITERT_ACCELERATOR": "gpu"})
     with InferenceContext(TINY_BUNDLE) as ctx, pytest.raises(BackendRuntimeError, match="gpu"):
         forced.open(ctx, StreamConfig(threads=1))
+
+
+def test_an_accelerator_that_cannot_load_the_model_is_not_a_bundle_error(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The compiled runtime on the GPU rung: a delegate that fails to load a sound model used
+    to come out as BundleError ("the file is bad"). Unforced, the CPU serves and the fallback
+    is logged and explained; forced, it is a BackendRuntimeError naming the accelerator."""
+    import eliza_litert
+    import eliza_litert.model as lm
+
+    from eliza_backends import BackendRuntimeError, BundleError
+
+    gpu_host = fake_host({"/vendor/lib64/libLiteRtGpuAccelerator.so", "/dev/dri/renderD128"})
+    monkeypatch.setattr(eliza_litert, "real_host", lambda env: gpu_host)
+    real_load = lm.load_model
+
+    def no_gpu(path, threads, runtime="interpreter", accelerator="cpu"):  # type: ignore[no-untyped-def]
+        if accelerator == "gpu":
+            raise BundleError(f"ai-edge-litert cannot load {path}: GPU delegate failed (fake)")
+        return real_load(path, threads, runtime, accelerator)
+
+    monkeypatch.setattr(lm, "load_model", no_gpu)
+    compiled = {"litert-lm": {"session": "interpreter", "runtime": "compiled"}}
+    f = LiteRTFactory(environ={})
+    with InferenceContext(TINY_BUNDLE) as ctx, caplog.at_level(logging.WARNING, "eliza_litert"):
+        s = f.open(ctx, StreamConfig(threads=1, options=compiled))
+        assert s.ladder_rung == "cpu"  # type: ignore[attr-defined]
+        s.prefill(s.tokenize("Four score"))
+        assert s.next().tokens
+        s.close()
+    assert any("GPU delegate failed (fake)" in r.getMessage() for r in caplog.records)
+    assert "fell back to cpu" in f.available().detail["fallback"]
+    forced = LiteRTFactory(environ={"ELIZA_LITERT_ACCELERATOR": "gpu"})
+    with InferenceContext(TINY_BUNDLE) as ctx, pytest.raises(BackendRuntimeError, match="GPU"):
+        forced.open(ctx, StreamConfig(threads=1, options=compiled))
 
 
 def test_cancel_stops_prefill_between_chunks() -> None:
@@ -598,3 +638,24 @@ def test_cancel_stops_prefill_between_chunks() -> None:
         s.prefill(ORACLE["prompts"][0]["prompt_ids"][2:])
         got = generated_tokens(run_to_end(sess))
         assert got == ORACLE["prompts"][0]["continuation_ids"][:4]
+
+
+@pytest.mark.skipif(not HAS_ENGINE, reason="litert-lm-api is not installed")
+def test_engine_prefill_after_a_turn_cut_short_does_not_hang() -> None:
+    """A prefill while the engine is still streaming a turn (next() took part of it) used to
+    cancel the engine's decode, after which its next decode waited forever. The sequence the
+    caller saw is replayed on a fresh engine session: the continuation is that of a session
+    given that sequence from the start (greedy)."""
+    with open_stream(TINY_BUNDLE, backend="litert-lm", max_tokens=32, threads=1,
+                     options=ENGINE) as stream:
+        s = stream.session
+        prompt = s.tokenize("the quick brown fox jumps over the lazy dog " * 3)
+        tail = s.tokenize(" and then", add_special=False)
+        s.prefill(prompt)
+        first = [*s.next(4).tokens, *s.next(4).tokens]
+        s.prefill(tail)
+        after = list(s.next(4).tokens)
+        assert list(s.history) == [*prompt, *first, *tail, *after]
+        s.reset()
+        s.prefill(list(s.tokenize(s.detokenize([*prompt, *first, *tail]))))
+        assert list(s.next(4).tokens) == after

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import logging
 import os
 from collections.abc import Mapping
 from typing import Literal
@@ -92,6 +93,14 @@ class LiteRTFactory(Factory):
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         self._environ = environ
         self._cache: tuple[tuple[str, str], Availability, LadderResult] | None = None
+        # rungs that failed to start in this process, and why (explain() reports them)
+        self._fallbacks: dict[str, str] = {}
+
+    def _fell_back(self, rung: str, to: str, why: str) -> None:
+        """An unforced rung failed to start and ``to`` serves instead: say so in the log
+        and, from now on, in ``explain()`` (``detail["fallback"]``)."""
+        self._fallbacks[rung] = f"{rung} failed to start ({why}); fell back to {to}"
+        _log.warning("litert-lm: %s", self._fallbacks[rung])
 
     def _env(self) -> Mapping[str, str]:
         return os.environ if self._environ is None else self._environ
@@ -132,8 +141,14 @@ class LiteRTFactory(Factory):
 
     def available(self) -> Availability:
         """ai-edge-litert, numpy and tokenizers are installed (found, not imported) and a rung
-        of the accelerator ladder is usable (a forced rung that is absent makes this false)."""
-        return self._state()[0]
+        of the accelerator ladder is usable (a forced rung that is absent makes this false).
+        ``detail["fallback"]``: rungs that failed to start here, and what served instead."""
+        avail = self._state()[0]
+        if not self._fallbacks:
+            return avail
+        return Availability(avail.ok, avail.reason,
+                            {**avail.detail, "fallback": "; ".join(self._fallbacks.values())},
+                            installed=avail.installed)
 
     def preference_rank(self) -> int:
         """The chosen rung's rank: NPU 40, GPU 20; on the CPU rung below llama.cpp (measured
@@ -189,9 +204,14 @@ class LiteRTFactory(Factory):
             failures: list[str] = []
             for rung in rungs:
                 try:
-                    return open_engine_session(context, config, options, path, rung)
+                    session = open_engine_session(context, config, options, path, rung)
                 except BackendRuntimeError as exc:
                     failures.append(f"{rung.name}: {exc.message}")
+                    continue
+                for failed in failures:
+                    name, _, why = failed.partition(": ")
+                    self._fell_back(name, rung.name, why)
+                return session
             raise BackendRuntimeError("LiteRT-LM could not start on any usable rung: "
                                       + "; ".join(failures))
         from .model import default_threads, shared_model
@@ -199,9 +219,25 @@ class LiteRTFactory(Factory):
 
         threads = config.threads or default_threads()
         accel = ladder.chosen.engine_backend if options.runtime == "compiled" else "cpu"
-        model = shared_model(context, path, threads, options.runtime, accel)
+        rung = ladder.chosen
+        try:
+            model = shared_model(context, path, threads, options.runtime, accel)
+        except BundleError as exc:
+            if accel == "cpu":
+                raise
+            # the accelerator, or the file? The CPU decides: a file it loads is sound
+            model = shared_model(context, path, threads, options.runtime, "cpu")
+            if ladder.forced_by:
+                raise BackendRuntimeError(
+                    f"the {ladder.chosen.label} accelerator ({ladder.forced_by}) cannot run "
+                    f"{path.name}, which loads on the CPU: {exc.message}") from None
+            self._fell_back(ladder.chosen.name, "cpu", exc.message)
+            rung = next(r for r in LADDER if r.name == "cpu")
         drafter = self.make_drafter(context, config, model.info, greedy_only=True)
-        return LiteRTSession(model, config, context, ladder.chosen, drafter)
+        return LiteRTSession(model, config, context, rung, drafter)
+
+
+_log = logging.getLogger("eliza_litert")
 
 
 @hookimpl

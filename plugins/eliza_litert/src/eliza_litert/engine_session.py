@@ -199,9 +199,14 @@ class EngineSession(Session):
 
     # ------------------------------------------------------------------ hooks
 
-    def _text_of(self, ids: list[int]) -> str:
+    def _text_of(self, ids: list[int], *, check: bool = True) -> str:
+        """The text the engine is given for ``ids``; ``check``: refuse ids that are not the
+        tokenizer's own tokenization of it (off for a replay of the engine's own output,
+        which it streamed as text chunk by chunk)."""
         tok, added = self._loaded.tokenizer, self._loaded.added
         raw = b"".join(added[t].encode() if t in added else tok.piece(t) for t in ids)
+        if not check:
+            return raw.decode("utf-8", "replace")
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -218,7 +223,14 @@ class EngineSession(Session):
         return text
 
     def _prefill(self, token_ids: list[int]) -> None:
-        self._stop_stream()
+        if self._stream is not None or self._buffer:
+            # a turn cut short: the engine decoded past what the caller saw, and a cancelled
+            # engine session streams nothing more (its next decode waits forever), so the
+            # sequence so far is replayed on a fresh session
+            self._stop_stream()
+            self._reset()
+            if self._sequence:
+                self._run_prefill(list(self._sequence), check=False)
         ids = token_ids
         bos = self.bos_token_id
         if not self._sequence and bos is not None and ids[0] == bos:
@@ -227,13 +239,22 @@ class EngineSession(Session):
             raise InvalidArgumentError(
                 f"the start token ({bos}) may only open a sequence on the LiteRT-LM engine "
                 "session (the engine adds it itself); use session='interpreter' for arbitrary ids")
-        text = self._text_of(ids)
+        self._run_prefill(ids)
+
+    def _run_prefill(self, ids: list[int], *, check: bool = True) -> None:
+        """Give the engine ``ids`` (after the sequence it holds) as text."""
+        bos = self.bos_token_id
+        if bos is not None and ids and ids[0] == bos:
+            ids = ids[1:]
+        text = self._text_of(ids, check=check)
         self._raise_if_cancelled()
+        self._turn_tokens = 0
+        if not text:  # (the start token alone: the engine adds it itself)
+            return
         try:
             self._session.run_prefill([text])
         except Exception as exc:
             raise BackendRuntimeError(f"LiteRT-LM prefill failed: {exc}") from None
-        self._turn_tokens = 0
 
     def _decode(self, max_tokens: int) -> Decoded:
         out: list[int] = []
