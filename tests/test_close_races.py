@@ -188,3 +188,34 @@ def test_reset_waits_for_a_cancelled_call_in_another_thread(tmp_path: Path) -> N
     s.close()
     t.join()
     ctx.close()
+
+
+def test_close_from_inside_a_call_is_refused_not_a_deadlock() -> None:
+    """The consumer lock is not re-entrant: close() from inside a hook (a callback, a
+    finalizer running on the calling thread) gets SessionBusyError instead of waiting for
+    itself forever; the session stays usable and closes afterwards."""
+    from eliza_backends import Decoded, SessionBusyError
+
+    class ClosesItself(ScriptedSession):
+        def _decode(self, max_tokens: int) -> Decoded:
+            self.close()
+            return super()._decode(max_tokens)
+
+    s = ClosesItself(StreamConfig(max_tokens=8), None)
+    s.prefill([1, 2, 3])
+    result: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            s.next()
+        except BaseException as exc:
+            result.append(exc)
+
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive(), "close() inside next() deadlocked"
+    assert len(result) == 1 and isinstance(result[0], SessionBusyError), result
+    assert not s.closed and list(s.history) == [1, 2, 3]
+    s.close()
+    assert s.closed

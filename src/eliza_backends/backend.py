@@ -639,6 +639,8 @@ class Session(ABC):
         :class:`SessionClosedError`, never :class:`SessionBusyError`), then frees."""
         if self.__closed:
             return
+        if self.__owner == threading.get_ident():  # (the lock is not re-entrant)
+            raise SessionBusyError("close() was called from inside a call on this session")
         self.__closing = True
         self.__cancel.set()
         self.__stop.add(None)
@@ -767,7 +769,7 @@ class Session(ABC):
                 self._raise_if_cancelled()
             lock.acquire()  # the cancelled call stops at its next safe point: wait for it
         try:
-            self.__owner = threading.get_ident()  # (never cleared: read only while locked)
+            self.__owner = threading.get_ident()  # (cleared by __end)
             if self.__closed or self.__closing or (
                     not allow_cancelled and self.__cancel.is_set()):
                 self.__check_open()
@@ -781,6 +783,7 @@ class Session(ABC):
             try:
                 self.__deferral.end()
             finally:
+                self.__owner = None
                 lock.release()
             raise
 
@@ -790,6 +793,7 @@ class Session(ABC):
         try:
             self.__deferral.end()
         finally:
+            self.__owner = None
             self.__lock.release()
 
     # ---------------------------------------------------------------- repair after a failure
