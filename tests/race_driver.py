@@ -73,7 +73,8 @@ class Driver:
     def open(self, context: InferenceContext | None = None, **cfg: Any) -> Stream:
         return open_stream(context if context is not None else TINY_BUNDLE, backend=self.backend,
                            options=self.options, threads=1, context_size=512, batch_size=16,
-                           ignore_eos=True, max_tokens=400, **cfg)
+                           ignore_eos=self.options.get("litert-lm", {}).get("session") != "engine",
+                           max_tokens=400, **cfg)  # (the engine refuses ignore_eos)
 
     # ----------------------------------------------------------------- operations
 
