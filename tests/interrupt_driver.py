@@ -27,6 +27,9 @@ TEXT = "the quick brown fox jumps over the lazy dog, " * 400
 
 
 def main() -> None:
+    # a process started in the background (nohup ... &) inherits SIGINT ignored: this driver
+    # needs Python's own handler
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     backend, options, phase, cases = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], int(
         sys.argv[4])
     ctx = InferenceContext(TINY_BUNDLE)

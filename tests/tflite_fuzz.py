@@ -230,7 +230,7 @@ def exercise(case_dir, params):
     options = {"session": "engine"} if params["session"] == "engine" else \
         {"session": "interpreter", "runtime": params["session"]}
     with open_stream(case_dir, backend="litert-lm", options={"litert-lm": options}, threads=1,
-                     max_tokens=3, ignore_eos=True) as s:
+                     max_tokens=3, ignore_eos=params["session"] != "engine") as s:
         ids = s.session.tokenize("Four score and seven")
         s.prefill(ids)
         out = [t for step in s for t in step.tokens]

@@ -12,7 +12,6 @@ imports them: :mod:`eliza_mlx.model` loads MLX weights, :mod:`eliza_mlx.mlx_sess
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from functools import cached_property
@@ -223,8 +222,11 @@ def _import_mlx_modules() -> None:
     from .mlx_thread import MLX_THREAD
 
     if "eliza_mlx.mlx_draft" not in sys.modules:
-        MLX_THREAD.run(lambda: (importlib.import_module("eliza_mlx.mlx_session"),
-                                importlib.import_module("eliza_mlx.mlx_draft")))
+        MLX_THREAD.run(_import_on_mlx_thread)
+
+
+def _import_on_mlx_thread() -> None:
+    from . import mlx_draft, mlx_session  # noqa: F401  (imported for their mlx calls)
 
 
 def host_summary() -> str:
