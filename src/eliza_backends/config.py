@@ -12,8 +12,8 @@ unless asked not to be.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Literal
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, TypedDict
 
 from pydantic import (
     BaseModel,
@@ -117,6 +117,33 @@ class StreamConfig(BaseModel):
         return cls(**base)
 
 
+class StreamOverrides(TypedDict, total=False):
+    """The keyword overrides ``open_stream(bundle, **overrides)`` takes: the fields of
+    :class:`StreamConfig`, typed so that editors complete them and type checkers check them
+    (``**overrides: Unpack[StreamOverrides]``). Validation is still :class:`StreamConfig`'s."""
+
+    context_size: int
+    threads: int | None
+    batch_size: int
+    max_tokens: int
+    tokens_per_step: int
+    stop: str | Sequence[str]
+    ignore_eos: bool
+    temperature: float
+    top_k: int
+    top_p: float
+    min_p: float
+    repeat_penalty: float
+    repeat_last_n: int
+    seed: int
+    drafter: DrafterKind
+    draft_length: int
+    ngram_size: int
+    draft_model: str | None
+    chat_template: str | None
+    options: Mapping[str, Mapping[str, Any]]
+
+
 def describe_validation_error(exc: ValidationError, what: str) -> str:
     """One readable message for a pydantic error: each problem on its own line."""
     problems = []
@@ -129,4 +156,4 @@ def describe_validation_error(exc: ValidationError, what: str) -> str:
     return f"invalid {what}: " + "; ".join(problems)
 
 
-__all__ = ["DrafterKind", "StreamConfig", "describe_validation_error"]
+__all__ = ["DrafterKind", "StreamConfig", "StreamOverrides", "describe_validation_error"]

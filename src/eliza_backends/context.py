@@ -5,6 +5,10 @@ from it and re-resolve their artifact there (nothing is cached between ``can_ser
 ``open``). Loaded weights are shared through :meth:`InferenceContext.shared`, so several
 sessions on one bundle pay for one load. Closing the context closes its sessions first, then
 frees what was loaded, in reverse order.
+
+A single model artifact (a ``.gguf`` file, an MLX folder, ...) is taken as an implicit
+one-artifact bundle (:class:`~eliza_backends.bundle.ImplicitBundle`), staged for the
+context's lifetime.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from .errors import BundleError, SessionClosedError
+from .bundle import ImplicitBundle, artifact_format, is_bundle_dir, not_a_bundle
+from .errors import SessionClosedError
 
 if TYPE_CHECKING:
     from .backend import Session
@@ -28,9 +33,15 @@ class InferenceContext:
 
     def __init__(self, bundle_dir: str | os.PathLike[str]) -> None:
         path = Path(bundle_dir)
-        if not path.is_dir():
-            raise BundleError(f"bundle directory {path} does not exist; pass the folder that "
-                              "holds text/ (and manifest.json)")
+        #: What the caller passed: the bundle folder, or the single artifact.
+        self.source: Path = path
+        self._implicit: ImplicitBundle | None = None
+        if not is_bundle_dir(path) and artifact_format(path) is not None:
+            self._implicit = ImplicitBundle(path)
+            path = self._implicit.root
+        elif not path.is_dir():
+            raise not_a_bundle(path)
+        #: The bundle folder backends read (for a single artifact, its staging folder).
         self.bundle_dir: Path = path.resolve()
         self._lock = threading.RLock()
         self._shared: dict[Hashable, tuple[Any, Callable[[Any], None] | None]] = {}
@@ -82,9 +93,13 @@ class InferenceContext:
             self._closed = True
             items = list(self._shared.values())
             self._shared.clear()
-        for obj, closer in reversed(items):
-            if closer is not None:
-                closer(obj)
+        try:
+            for obj, closer in reversed(items):
+                if closer is not None:
+                    closer(obj)
+        finally:
+            if self._implicit is not None:
+                self._implicit.close()
 
     def __enter__(self) -> InferenceContext:
         return self

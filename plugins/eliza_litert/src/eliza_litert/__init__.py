@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import logging
 import os
 from collections.abc import Mapping
 from typing import Literal
@@ -36,8 +37,13 @@ from eliza_backends import (
     StreamConfig,
     hookimpl,
 )
+from eliza_backends.native_output import native_stderr_to_logging, quiet_by_default
 
 from .ladder import ACCELERATOR_ENV, LADDER, RUNG_NAMES, LadderResult, real_host, resolve
+
+#: LiteRT's own log lines (captured from fd 2 around loads); ERROR unless the
+#: application sets a level (``eliza-backends -v`` shows INFO).
+NATIVE_LOG = quiet_by_default(logging.getLogger("eliza_litert.native"))
 
 __version__ = "0.1.0"
 
@@ -156,6 +162,11 @@ class LiteRTFactory(Factory):
                 f"({ladder.summary()})")
 
     def open(self, context: InferenceContext, config: StreamConfig) -> Session:
+        # LiteRT writes its load-time log lines to fd 2 itself: route them into logging
+        with native_stderr_to_logging(NATIVE_LOG):
+            return self._open(context, config)
+
+    def _open(self, context: InferenceContext, config: StreamConfig) -> Session:
         options: LiteRTOptions = self.parse_options(config)
         if options.accelerator is not None:
             ladder = self.ladder(options.accelerator, f"options[{self.name!r}].accelerator")
