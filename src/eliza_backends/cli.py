@@ -104,7 +104,7 @@ def cmd_select(args: argparse.Namespace) -> int:
 def _config_from_args(args: argparse.Namespace) -> dict[str, Any]:
     keys = ["max_tokens", "context_size", "threads", "batch_size", "temperature", "top_k",
             "top_p", "min_p", "repeat_penalty", "seed", "tokens_per_step", "drafter",
-            "draft_length"]
+            "draft_length", "ignore_eos"]
     cfg = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
     if args.stop:
         cfg["stop"] = tuple(args.stop)
@@ -242,15 +242,17 @@ def _read_message(interactive: bool) -> str | None:
 
 def _stream_reply(stream: Stream, messages: list[dict[str, str]]) -> tuple[str, str | None, int]:
     """Prefill the conversation and generate the reply in a worker thread, writing the reply
-    to stdout as it streams; Ctrl-C cancels it (the text so far is kept). Returns the text,
-    the finish reason (``"cancelled"`` when stopped) and the number of tokens prefilled. A
-    second Ctrl-C while it stops raises KeyboardInterrupt."""
+    to stdout as it streams. The first Ctrl-C (SIGINT) cancels the reply, whose text so far is
+    kept; a second one while it stops raises KeyboardInterrupt. Returns the text, the finish
+    reason (``"cancelled"`` when stopped) and the number of tokens prefilled."""
     import queue
+    import signal
 
     from .errors import CancelledError
 
     steps: queue.Queue[Any] = queue.Queue()
     prefilled = [0]
+    cancelled = threading.Event()
 
     def produce() -> None:
         try:
@@ -261,34 +263,31 @@ def _stream_reply(stream: Stream, messages: list[dict[str, str]]) -> tuple[str, 
             steps.put(exc)
         steps.put(None)
 
+    def on_sigint(signum: int, frame: object) -> None:
+        if cancelled.is_set():
+            raise KeyboardInterrupt
+        cancelled.set()
+        stream.cancel()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
     worker = threading.Thread(target=produce, name="eliza-chat-reply", daemon=True)
-    worker.start()
     parts: list[str] = []
     reason: str | None = None
-    cancelled = False
-    while True:
-        try:
-            item = steps.get()
-        except KeyboardInterrupt:
-            if cancelled:
-                raise
-            cancelled = True
-            stream.cancel()
-            continue
-        if item is None:
-            break
-        if isinstance(item, CancelledError):
-            reason = "cancelled"
-            continue
-        if isinstance(item, BaseException):
-            worker.join()
-            raise item
-        sys.stdout.write(item.text)
-        sys.stdout.flush()
-        parts.append(item.text)
-        reason = item.finish_reason
+    try:
+        worker.start()
+        while (item := steps.get()) is not None:
+            if isinstance(item, CancelledError):
+                continue
+            if isinstance(item, BaseException):
+                raise item
+            sys.stdout.write(item.text)
+            sys.stdout.flush()
+            parts.append(item.text)
+            reason = item.finish_reason
+    finally:
+        signal.signal(signal.SIGINT, previous)
     worker.join()
-    if cancelled:
+    if cancelled.is_set():
         reason = "cancelled"
         stream.reset_keep(stream.session.n_past)  # clear the cancel, keep every token
     sys.stdout.write("\n")
@@ -520,6 +519,9 @@ def _stream_flags(p: argparse.ArgumentParser, *flags: str, max_tokens: int | Non
         default = max_tokens if flag == "--max-tokens" else None
         p.add_argument(flag, type=kind, default=default, help=text,
                        metavar="N" if kind is int else "X")
+    if "--max-tokens" in flags:
+        p.add_argument("--ignore-eos", action="store_true", default=None,
+                       help="keep generating past end-of-generation tokens")
     if "--draft-length" in flags:
         p.add_argument("--drafter", choices=["none", "ngram", "model"],
                        help="speculative decoding drafter (default: none)")
