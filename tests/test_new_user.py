@@ -313,3 +313,19 @@ def test_replay_routes_prefixed_lines_and_passes_others_through(
         (logging.WARNING, "└ because y"),
         (logging.ERROR, "E1201 12:00:00 c.cc:3] boom")]
     assert capfd.readouterr().err == "not ours\n"
+
+
+# ------------------------------------------------------------------ bench progress
+
+
+def test_bench_progress_moves_within_a_run() -> None:
+    out = _cli("bench", str(TINY_BUNDLE), "--backend", "llama.cpp", "--repeat", "1",
+               "--prompt-tokens", "16", "--gen-tokens", "48", "--threads", "1")
+    assert out.returncode == 0, out.stderr
+    frames = out.stderr.replace("\r", "\n").splitlines()
+    assert any("llama.cpp: load" in f for f in frames), frames
+    assert any("llama.cpp: prefill 0/16" in f for f in frames), frames
+    decoded = [f for f in frames if "llama.cpp: decode " in f]
+    assert [f.split("decode ")[1].split()[0] for f in decoded] == ["16/48", "32/48", "48/48"]
+    assert "\x1e" not in out.stderr, "the marks are read by the driver, not shown"
+    assert "llama.cpp" in out.stdout and "decode tok/s" in out.stdout
