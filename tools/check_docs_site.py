@@ -41,7 +41,9 @@ const path = require('path');
 const [site, queries] = process.argv.slice(-2);
 const lunr = require(path.join(site, 'search', 'lunr.js'));
 const data = JSON.parse(fs.readFileSync(path.join(site, 'search', 'search_index.json')));
-if (data.config && data.config.separator) lunr.tokenizer.separator = new RegExp(data.config.separator);
+if (data.config && data.config.separator) {
+  lunr.tokenizer.separator = new RegExp(data.config.separator);
+}
 const index = lunr(function () {
   this.field('title'); this.field('text'); this.ref('location');
   for (const doc of data.docs) this.add(doc);

@@ -9,7 +9,8 @@ context or a big vocabulary). The vocabulary is SentencePiece-style: ``<unk> <s>
 fixed seed; the output is gibberish but the compute is exactly that of a real model of the shape.
 F16 is written with the ``gguf`` package, Q8_0 / Q4_0 by ``llama_model_quantize`` from the F16.
 
-Needs ``gguf`` and ``numpy`` (the ``dev`` dependency group) and llama-cpp-python for quantized types.
+Needs ``gguf`` and ``numpy`` (the ``dev`` dependency group) and llama-cpp-python for quantized
+types.
 """
 
 from __future__ import annotations

@@ -221,7 +221,8 @@ def _read_message(interactive: bool) -> str | None:
         if interactive:
             try:
                 return input(prompt)
-            except EOFError:
+            except EOFError:  # Ctrl-D: end the prompt's line before leaving
+                sys.stdout.write("\n")
                 return None
         text = sys.stdin.readline()
         return text.rstrip("\n") if text else None
