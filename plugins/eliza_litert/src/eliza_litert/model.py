@@ -99,8 +99,10 @@ def _load_runtime(path: Path, model_bytes: bytes | None, runtime: str, threads: 
         elif accelerator == "npu":
             accel = HardwareAccelerator.NPU | HardwareAccelerator.CPU
         opts = Options(hardware_accelerators=accel, cpu_options=CpuOptions(num_threads=threads))
-        data = model_bytes if model_bytes is not None else path.read_bytes()
-        cm = CompiledModel.from_buffer(data, options=opts)
+        if model_bytes is None:
+            cm = CompiledModel.from_file(str(path), options=opts)
+        else:
+            cm = CompiledModel.from_buffer(model_bytes, options=opts)
         sigs = list(cm.get_signature_list())
         prefill = {int(n[8:]): n for n in sigs if n.startswith("prefill_") and n[8:].isdigit()}
         if not prefill or "decode" not in sigs:
