@@ -39,6 +39,7 @@ from pydantic import BaseModel, ValidationError
 
 from .bundle import artifact_format, find_artifacts
 from .config import StreamConfig, describe_validation_error
+from .draft_policy import DraftPolicy
 from .errors import (
     BundleError,
     CancelledError,
@@ -177,6 +178,8 @@ class Session(ABC):
         self.__vocab = info.vocab_size
         self.__n_ctx = config.context_size if context_size is None else context_size
         self.__drafter = drafter
+        self.__policy: DraftPolicy | None = None
+        self.__policy_made = False
         self.__history: list[int] = []
         self.__cancel = threading.Event()
         #: Helper: the cancel flag's ``is_set``, for hot loops (``if cancelled(): ...``).
@@ -254,6 +257,16 @@ class Session(ABC):
     @abstractmethod
     def _reset(self) -> None:
         """Clear the KV cache and the sampler state."""
+
+    def _batch_cost(self, max_n: int) -> list[float] | None:
+        """Seconds of one forward pass over ``n`` tokens (all with logits), at index ``n - 1``
+        for ``n`` in ``1..max_n`` (fewer where the cache or batch has no room): the batch cost
+        curve the draft policy weighs drafts with (:mod:`eliza_backends.draft_policy`). Called
+        at most once per loaded model and draft length, from :meth:`_speculate`, when the
+        next forward pass starts from the pending tokens (the current logits are not needed);
+        it must leave the KV cache as it found it. None (the default): the backend cannot
+        measure it, and speculative rounds always draft ``draft_length``."""
+        return None
 
     def _truncate(self, n_keep: int) -> bool:
         """Keep the first ``n_keep`` positions of the KV cache (``n_keep < n_past``).
@@ -585,10 +598,35 @@ class Session(ABC):
         if drafter is None:
             raise UnsupportedOperationError("_speculate() needs a drafter")
         k = self.config.draft_length if draft_length is None else draft_length
+        if not self.__policy_made:
+            self.__policy_made = True
+            self.__policy = self.__make_policy(drafter, k)
         tokens, drafted, accepted = speculate(
             drafter, [*self.__history, *after], max_tokens - len(after), k, verify,
-            self._ends_generation, self._raise_if_cancelled)
+            self._ends_generation, self._raise_if_cancelled, self.__policy)
         return Decoded([*after, *tokens], drafted, accepted)
+
+    @property
+    @final
+    def draft_policy(self) -> DraftPolicy | None:
+        """The draft policy steering this session's speculative rounds (None: none yet, or
+        ``draft_policy="fixed"``, or a backend that cannot measure its verify cost)."""
+        return self.__policy
+
+    def __make_policy(self, drafter: Drafter, k: int) -> DraftPolicy | None:
+        """The policy for ``config.draft_policy="auto"``, on the batch cost curve measured once
+        per loaded model (cached on the inference context)."""
+        if self.config.draft_policy != "auto":
+            return None
+        key = ("batch-cost", self.backend_name, str(self.__info.artifact), self.config.threads,
+               k + 1)
+        if self.context is not None:
+            cost = self.context.shared(key, lambda: self._batch_cost(k + 1))
+        else:
+            cost = self._batch_cost(k + 1)
+        if not cost:
+            return None
+        return DraftPolicy(cost, k, cheap_drafter=isinstance(drafter, NgramDrafter))
 
     # ---------------------------------------------------------------- internals
 

@@ -59,7 +59,12 @@ class StreamConfig(BaseModel):
     seed: int = Field(0, ge=0, lt=1 << 32, description="Sampler seed (used when temperature > 0).")
 
     drafter: DrafterKind = Field("none", description="Speculative drafter: none, ngram, model.")
-    draft_length: int = Field(4, ge=1, le=64, description="Tokens drafted per speculative step.")
+    draft_length: int = Field(4, ge=1, le=64, description="Tokens drafted per speculative step "
+                              "(with draft_policy='auto': the most).")
+    draft_policy: Literal["auto", "fixed"] = Field(
+        "auto", description="auto: the draft length per round (0: no drafting) from this host's "
+        "measured verify cost and the acceptance so far, where the backend can measure that "
+        "cost (llama.cpp); fixed: always draft_length.")
     ngram_size: int = Field(3, ge=1, le=16, description="Longest n-gram the drafter matches.")
     draft_model: str | None = Field(
         None,

@@ -75,8 +75,11 @@ class LiteRTOptions(BaseModel):
     accelerator: str | None = Field(
         None, description=f"Force a ladder rung ({', '.join(RUNG_NAMES)}); overrides "
         f"{ACCELERATOR_ENV}. Absent = loud error.")
-    cache_dir: str | None = Field(None, description="Engine cache dir (must exist); default: a "
-                                  "temporary dir owned by the inference context.")
+    cache_dir: str | None = Field(
+        None, description="Cache dir (must exist): the engine's caches; for the token-exact "
+        "session the .litertlm's TFLite section (copied out to be memory-mapped) and XNNPACK's "
+        "packed weights (compiled runtime), reused by later loads. Default: a temporary dir "
+        "owned by the inference context.")
 
 
 def _dist_version(name: str) -> str | None:
@@ -210,7 +213,7 @@ class LiteRTFactory(Factory):
 
         threads = config.threads or default_threads()
         accel = ladder.chosen.engine_backend if options.runtime == "compiled" else "cpu"
-        model = shared_model(context, path, threads, options.runtime, accel)
+        model = shared_model(context, path, threads, options.runtime, accel, options.cache_dir)
         drafter = self.make_drafter(context, config, model.info, greedy_only=True)
         return LiteRTSession(model, config, context, ladder.chosen, drafter)
 

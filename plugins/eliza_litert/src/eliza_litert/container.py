@@ -99,22 +99,25 @@ class Container:
             raise _bad(self.path, f"section {section.index} is truncated")
         return data
 
-    def tflite_model(self) -> bytes:
-        """The prefill/decode TFLite model (checked like a ``.tflite`` file)."""
+    def tflite_section(self) -> Section:
+        """The prefill/decode TFLite model's section (the first TFLiteModel one otherwise)."""
         sec = self.find("TFLiteModel", model_type="tf_lite_prefill_decode") or \
             self.find("TFLiteModel")
         if sec is None:
             raise _bad(self.path, "it holds no TFLiteModel section")
+        return sec
+
+    def tflite_model(self) -> bytes:
+        """A copy of the prefill/decode TFLite model (checked like a ``.tflite`` file); the
+        runtimes map it instead (:mod:`eliza_litert.model_files`)."""
+        sec = self.tflite_section()
         data = self.read(sec)
         check_tflite_bytes(data, f"{self.path} (section {sec.index})")
         return data
 
     def check_tflite_section(self) -> None:
         """Validate the prefill/decode TFLite section in place (memory-mapped, not copied)."""
-        sec = self.find("TFLiteModel", model_type="tf_lite_prefill_decode") or \
-            self.find("TFLiteModel")
-        if sec is None:
-            raise _bad(self.path, "it holds no TFLiteModel section")
+        sec = self.tflite_section()
         with open(self.path, "rb") as f, \
                 mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
             view = memoryview(mapped)[sec.begin:sec.end]

@@ -211,6 +211,35 @@ class LlamaCppSession(Session):
         kv.pending = [produced[-1]]
         return produced, n_ok
 
+    def _batch_cost(self, max_n: int) -> list[float] | None:
+        """Time ``llama_decode`` over n = 1..max_n copies of the pending token at the free
+        positions after the cache (logits for all), median of 3 after one warm-up each, then
+        drop them again."""
+        import time
+
+        kv, batch, ctx = self._cursor, self._batch, self._ctx
+        max_n = min(max_n, self._n_batch, self.context_size - kv.n_kv)
+        if max_n < 2 or not kv.pending:
+            return None
+        cost: list[float] = []
+        try:
+            for n in range(1, max_n + 1):
+                fill_batch(batch, [kv.pending[0]] * n, kv.n_kv, "all")
+                times = []
+                for rep in range(4):
+                    t0 = time.perf_counter()
+                    status = lc.llama_decode(ctx, batch)
+                    dt = time.perf_counter() - t0
+                    lc.llama_memory_seq_rm(self._mem, 0, kv.n_kv, -1)
+                    if status:
+                        return None
+                    if rep:
+                        times.append(dt)
+                cost.append(sorted(times)[1])
+        finally:
+            lc.llama_memory_seq_rm(self._mem, 0, kv.n_kv, -1)
+        return cost
+
     def _reset(self) -> None:
         if self._spec_sampler is not None:
             self._spec_sampler.reset()
