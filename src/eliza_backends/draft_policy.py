@@ -51,7 +51,7 @@ class DraftPolicy:
     nothing (shadow-score them while drafting is off)."""
 
     def __init__(self, cost_s: Sequence[float], max_k: int, *, cheap_drafter: bool,
-                 prior: float = 0.6, prior_weight: float = 4.0, decay: float = 0.97,
+                 prior: float = 0.5, prior_weight: float = 4.0, decay: float = 0.97,
                  probe_every: int = 16) -> None:
         if not cost_s or cost_s[0] <= 0:
             raise ValueError("cost_s needs a positive one-token cost")
