@@ -213,34 +213,35 @@ class LlamaCppSession(Session):
 
     def _batch_cost(self, max_n: int) -> list[float] | None:
         """Time ``llama_decode`` over n = 1..max_n copies of the pending token at the free
-        positions after the cache (logits for all), the fastest of 4 after one warm-up each (on
-        a shared machine the minimum is the cost, the rest is other work), then drop them
-        again. The curve is made non-decreasing (a batch never costs less than a shorter
-        one)."""
+        positions after the cache (logits for all), dropping them after each call. The sizes
+        take turns (1, 2, .. max_n, 1, 2, ..; one unmeasured turn first) so that a busy spell
+        on a shared machine hits every size alike, and each size keeps its fastest of 4 (the
+        minimum is the cost, the rest is other work). The curve is made non-decreasing (a
+        batch never costs less than a shorter one)."""
         import time
 
         kv, batch, ctx = self._cursor, self._batch, self._ctx
         max_n = min(max_n, self._n_batch, self.context_size - kv.n_kv)
         if max_n < 2 or not kv.pending:
             return None
-        cost: list[float] = []
+        best = [float("inf")] * max_n
         try:
-            for n in range(1, max_n + 1):
-                fill_batch(batch, [kv.pending[0]] * n, kv.n_kv, "all")
-                times = []
-                for rep in range(5):
+            for turn in range(5):
+                for n in range(1, max_n + 1):
+                    fill_batch(batch, [kv.pending[0]] * n, kv.n_kv, "all")
                     t0 = time.perf_counter()
                     status = lc.llama_decode(ctx, batch)
                     dt = time.perf_counter() - t0
                     lc.llama_memory_seq_rm(self._mem, 0, kv.n_kv, -1)
                     if status:
                         return None
-                    if rep:
-                        times.append(dt)
-                cost.append(max(min(times), cost[-1] if cost else 0.0))
+                    if turn:
+                        best[n - 1] = min(best[n - 1], dt)
         finally:
             lc.llama_memory_seq_rm(self._mem, 0, kv.n_kv, -1)
-        return cost
+        for i in range(1, max_n):
+            best[i] = max(best[i], best[i - 1])
+        return best
 
     def _reset(self) -> None:
         if self._spec_sampler is not None:
