@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .backend import Session, Step
+from .backend import Session, Step, check_output_support
 
 if TYPE_CHECKING:
     import asyncio
@@ -26,6 +26,7 @@ from .chat_tokens import chat_token_ids
 from .config import StreamConfig, StreamOverrides
 from .context import InferenceContext
 from .errors import InvalidArgumentError, PluginError, UnsupportedOperationError
+from .logits import OutputSpec
 from .registry import Registry, default_registry
 from .selector import KNOWN_BACKENDS, select
 
@@ -288,6 +289,9 @@ def check_capabilities(session: Session, config: StreamConfig, backend: str) -> 
         raise UnsupportedOperationError(
             f"backend {backend} decodes greedily only; set temperature=0 or choose another "
             "backend")
+    spec = OutputSpec.from_config(config)
+    if spec.active:
+        check_output_support(caps, config, spec, backend)
 
 
 def open_stream(

@@ -72,7 +72,7 @@ class LlamaCppSession(Session):
     def capabilities(self) -> Capabilities:
         return Capabilities(token_input=True, prefix_reuse=True, slots=True,
                             cancel_prefill=True, sampling=True,
-                            drafters=frozenset({"none", "ngram", "model"}))
+                            drafters=frozenset({"none", "ngram", "model"}), logits=True)
 
     # ------------------------------------------------------------------ hooks
 
@@ -142,11 +142,21 @@ class LlamaCppSession(Session):
                                after=first.tokens)
 
     def _decode_plain(self, max_tokens: int) -> Decoded:
-        smpl, ctx = self._sampler, self._ctx
+        smpl, ctx, guide = self._sampler, self._ctx, self._guide
 
         def sample(_out: list[int]) -> int:
             tok: int = lc.llama_sampler_sample(smpl, ctx, -1)
             return tok
+
+        if guide is not None:  # the core's logits hook: masked in place, then the chain samples
+            n_vocab = self.vocab_size
+
+            def sample(_out: list[int]) -> int:
+                guide.process(np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, -1),
+                                                    shape=(n_vocab,)))
+                tok: int = lc.llama_sampler_sample(smpl, ctx, -1)
+                guide.accept(tok)
+                return tok
 
         return Decoded(self._cursor.decode(max_tokens, self._feed_pending, sample,
                                        self._stop_tokens, self._raise_if_cancelled))
