@@ -119,9 +119,11 @@ class Stream:
         return len(ids)
 
     def chat_tokens(self, messages: Sequence[Mapping[str, Any]], *,
-                    add_generation_prompt: bool = True) -> list[int]:
+                    add_generation_prompt: bool = True,
+                    tools: Sequence[Mapping[str, Any]] | None = None) -> list[int]:
         """Render chat ``messages`` with the model's template (or ``config.chat_template``) and
         tokenize the result (no BOS added: templates write their own). Prefills nothing.
+        ``tools``: OpenAI tool definitions for a template that renders them.
         Message content is never read as control tokens: ``"<|end|>"`` in a message is text
         (see :mod:`eliza_backends.chat_tokens`). Rendering is bounded
         (:class:`~eliza_backends.chat.RenderLimits`) and :meth:`cancel` stops it with
@@ -135,7 +137,7 @@ class Stream:
                 "StreamConfig(chat_template=...) or prefill text yourself")
         with render_bounds(cancelled=lambda: session.cancelled):
             return chat_token_ids(session, template, messages,
-                                  add_generation_prompt=add_generation_prompt)
+                                  add_generation_prompt=add_generation_prompt, tools=tools)
 
     def prefill_reusing(self, token_ids: Sequence[int]) -> int:
         """Make the session's sequence exactly ``token_ids``, ready to generate from, prefilling
