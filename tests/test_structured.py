@@ -20,8 +20,13 @@ import pytest
 from conftest import TINY_BUNDLE
 from structured_cases import cases, check
 
-from eliza_backends import InferenceContext, UnsupportedOperationError, chat_completion, \
-    completion, open_stream
+from eliza_backends import (
+    InferenceContext,
+    UnsupportedOperationError,
+    chat_completion,
+    completion,
+    open_stream,
+)
 from eliza_backends.constraint import Constraint
 from eliza_backends.logits import OutputSpec
 
@@ -112,7 +117,7 @@ def test_engine_session_refuses_constraints_and_logprobs() -> None:
         pytest.skip("litert_lm is not installed")
     engine = {"litert-lm": {"session": "engine"}}
     for fields in ({"json_schema": True}, {"logprobs": True}, {"regex": "[a-z]+"}):
-        with pytest.raises(UnsupportedOperationError, match="capabilities.logits"):
+        with pytest.raises(UnsupportedOperationError, match=r"capabilities\.logits"):
             open_stream(TINY_BUNDLE, backend="litert-lm", options=engine, **fields)
     with pytest.raises(UnsupportedOperationError):
         chat_completion(TINY_BUNDLE, [{"role": "user", "content": "hi"}], backend="litert-lm",
@@ -180,8 +185,8 @@ def test_openai_tools_in_process_and_streamed() -> None:
     assert last.finish_reason == "tool_calls" and last.delta.tool_calls
     assert last.delta.tool_calls[0].function.arguments == call.function.arguments
     # the reply turn: the call and its result go back in; the answer is text
-    follow = msgs + [{"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
-                     {"role": "tool", "tool_call_id": call.id, "content": "4"}]
+    follow = [*msgs, {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+              {"role": "tool", "tool_call_id": call.id, "content": "4"}]
     again = chat_completion(TINY_BUNDLE, follow, tools=tools, tool_choice="none",
                             max_tokens=8)
     assert again.choices[0].message.tool_calls is None

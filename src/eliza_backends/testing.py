@@ -23,10 +23,11 @@ Checks that depend on an optional feature are skipped with the reason when
 :class:`BackendConformance` is the aggregate of one mixin per area (as fsspec's abstract tests
 and pandas' extension tests): :class:`FactoryChecks`, :class:`GenerationChecks`,
 :class:`RewindChecks`, :class:`CancelChecks`, :class:`SlotChecks`, :class:`InputChecks`,
-:class:`SpeculativeChecks`, :class:`SamplingChecks`, :class:`ChatChecks`, :class:`LogitsChecks`. While developing a
-backend, subclass only the mixins you are working on (each brings the fixtures through
-:class:`KitFixtures`); in the plugin's suite subclass the aggregate, so a check added to the kit
-is never missed. The kit uses only the public API of sessions and factories.
+:class:`SpeculativeChecks`, :class:`SamplingChecks`, :class:`ChatChecks`,
+:class:`LogitsChecks`. While developing a backend, subclass only the mixins you are working on
+(each brings the fixtures through :class:`KitFixtures`); in the plugin's suite subclass the
+aggregate, so a check added to the kit is never missed. The kit uses only the public API of
+sessions and factories.
 
 This module is registered as a pytest plugin (``pytest11`` entry point); importing it outside
 pytest is not supported.
@@ -46,8 +47,8 @@ from .backend import Capabilities, Factory, Session, Step
 from .chat import render_chat
 from .chat_tokens import chat_token_ids
 from .config import StreamConfig
-from .context import InferenceContext
 from .constraint import Constraint
+from .context import InferenceContext
 from .errors import (
     BundleError,
     CancelledError,
