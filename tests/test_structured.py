@@ -22,6 +22,7 @@ from structured_cases import cases, check
 
 from eliza_backends import (
     InferenceContext,
+    StreamConfig,
     UnsupportedOperationError,
     chat_completion,
     completion,
@@ -136,12 +137,48 @@ def test_bad_constraints_are_invalid_arguments() -> None:
         open_stream(TINY_BUNDLE, regex="a", grammar="start: \"a\"")
     with pytest.raises(InvalidArgumentError, match="ignore_eos"):
         open_stream(TINY_BUNDLE, regex="a", ignore_eos=True)
-    with open_stream(TINY_BUNDLE, backend="llama.cpp", regex="(unclosed") as stream, \
-            pytest.raises(InvalidArgumentError, match="regex does not compile"):
-        stream.prefill(PROMPT)
-    with open_stream(TINY_BUNDLE, backend="llama.cpp", grammar="start: undefined_rule") as s, \
-            pytest.raises(InvalidArgumentError, match="grammar does not compile"):
-        s.prefill(PROMPT)
+    # a constraint that does not compile is refused before any model is loaded
+    with pytest.raises(InvalidArgumentError, match="regex does not compile"):
+        open_stream(TINY_BUNDLE, backend="llama.cpp", regex="(unclosed")
+    with pytest.raises(InvalidArgumentError, match=r"grammar does not compile.*undefined_rule"):
+        open_stream(TINY_BUNDLE, backend="llama.cpp", grammar="start: undefined_rule")
+    with pytest.raises(InvalidArgumentError, match=r"GBNF.*'missing' not found"):
+        StreamConfig(grammar='root ::= "a" missing')  # GBNF with an undefined rule
+    with pytest.raises(InvalidArgumentError, match="json_schema does not compile"):
+        OutputSpec(Constraint.json_schema({"type": "object", "properties": {
+            "a": {"type": "string", "pattern": "(("}}}))
+    with pytest.raises(InvalidArgumentError, match="json_schema does not compile"):
+        StreamConfig(json_schema={"type": "strin"})
+    with open_stream(TINY_BUNDLE, backend="llama.cpp") as stream:
+        with pytest.raises(InvalidArgumentError, match="regex does not compile"):
+            stream.session.set_output(OutputSpec(Constraint.regex("[a-")))
+        stream.prefill(PROMPT)  # the session is untouched: it still generates
+        assert next(iter(stream)).tokens
+
+
+@pytest.mark.parametrize(("body", "param", "needle"), [
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "object", "properties": {"a": {"type": "string", "pattern": "(("}}}}}},
+     "response_format", "does not compile"),
+    ({"response_format": {"type": "xml"}}, "response_format", "'xml'"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"type": "strin"}}}}}]}, "tools",
+     "does not compile"),
+    ({"tools": [{"type": "function", "function": {"name": "bad name"}}]}, "tools", "name"),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}],
+      "tool_choice": {"type": "function", "function": {"name": "g"}}}, "tool_choice", "'g'"),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "always"},
+     "tool_choice", "'always'"),
+])
+def test_bad_structured_requests_name_the_field(body: dict[str, Any], param: str,
+                                                needle: str) -> None:
+    from eliza_backends.openai_types import ChatCompletionRequest, RequestError, parse_request
+
+    with pytest.raises(RequestError) as info:
+        parse_request(ChatCompletionRequest, {"messages": [{"role": "user", "content": "hi"}],
+                                              **body})
+    assert info.value.param == param and needle in info.value.message
+    assert info.value.code.symbol == "ELIZA_ERR_INVALID_ARG"
 
 
 def test_openai_response_format_and_logprobs_in_process() -> None:
@@ -204,3 +241,66 @@ def test_set_output_validates() -> None:
         stream.session.set_output(OutputSpec(Constraint.json_schema(True)))
         stream.prefill(PROMPT)
         json.loads(stream.text())
+
+
+TWO_TOOLS = [
+    {"type": "function", "function": {"name": "add", "description": "Add numbers",
+     "parameters": {"type": "object", "properties": {
+         "a": {"type": "integer", "minimum": 0, "maximum": 9},
+         "b": {"type": "integer", "minimum": 0, "maximum": 9}},
+         "required": ["a", "b"], "additionalProperties": False}}},
+    {"type": "function", "function": {"name": "echo", "description": "Echo text",
+     "parameters": {"type": "object", "properties": {"text": {"type": "string", "maxLength": 8}},
+                    "required": ["text"], "additionalProperties": False}}},
+]
+
+
+@pytest.mark.parametrize("tool_choice", ["auto", "required", "echo", "add"])
+def test_tool_choice_variants_give_valid_calls(tool_choice: str) -> None:
+    """Each tool_choice constrains the reply: a named function is the only one called,
+    ``required`` calls some tool, ``auto`` calls one or answers in text; every call's
+    arguments validate against its tool's schema. With parallel_tool_calls the reply may
+    carry several calls (the tiny model keeps calling until max_tokens: a cut reply is
+    returned as its text, finish_reason length)."""
+    import jsonschema
+
+    params = {t["function"]["name"]: t["function"]["parameters"] for t in TWO_TOOLS}
+    choice: Any = tool_choice if tool_choice in ("auto", "required") else \
+        {"type": "function", "function": {"name": tool_choice}}
+    msgs = [{"role": "user", "content": "What is two plus two?"}]
+    for parallel in (False, True):
+        reply = chat_completion(TINY_BUNDLE, msgs, tools=TWO_TOOLS, tool_choice=choice,
+                                parallel_tool_calls=parallel, max_tokens=64,
+                                backend="llama.cpp")
+        got = reply.choices[0]
+        calls = got.message.tool_calls or []
+        if got.finish_reason == "length":  # only a run of parallel calls runs this long
+            assert parallel and not calls and got.message.content
+            assert got.message.content.startswith('{"tool_calls":[{"name":')
+            continue
+        if tool_choice == "auto" and not calls:
+            assert got.finish_reason == "stop" and isinstance(got.message.content, str)
+            continue
+        assert got.finish_reason == "tool_calls" and got.message.content is None
+        assert calls and (parallel or len(calls) == 1)
+        for call in calls:
+            assert tool_choice in ("auto", "required", call.function.name)
+            jsonschema.validate(json.loads(call.function.arguments),
+                                params[call.function.name])
+
+
+def test_structured_output_streams_token_by_token() -> None:
+    """A response_format reply streams as it is generated (not held to the end), and the
+    chunks add up to the non-streamed JSON."""
+    schema = {"type": "object", "properties": {"tags": {
+        "type": "array", "items": {"type": "string", "maxLength": 6}, "maxItems": 2}},
+        "required": ["tags"], "additionalProperties": False}
+    fmt = {"type": "json_schema", "json_schema": {"name": "tags", "schema": schema}}
+    msgs = [{"role": "user", "content": "Give tags."}]
+    whole = chat_completion(TINY_BUNDLE, msgs, response_format=fmt, max_tokens=48,
+                            backend="llama.cpp").choices[0].message.content
+    parts = [c.choices[0].delta.content for c in chat_completion(
+        TINY_BUNDLE, msgs, response_format=fmt, max_tokens=48, backend="llama.cpp",
+        stream=True) if c.choices and c.choices[0].delta.content]
+    assert len(parts) > 3 and "".join(parts) == whole
+    assert isinstance(json.loads(whole or "")["tags"], list)

@@ -334,8 +334,9 @@ class Session(ABC):
                     f"prefill of {len(ids)} tokens does not fit: {len(history)} of "
                     f"{self.__n_ctx} context positions are used ({room} free); raise "
                     "context_size, or reset()/reset_keep() first")
+            guide = None if self.__output is None else self.__new_guide(self.__output)
             self.__ready = False
-            self.__guide = None if self.__output is None else self.__new_guide(self.__output)
+            self.__guide = guide
             self._prefill(ids)
             history.extend(ids)
             self.__ready = True

@@ -116,7 +116,10 @@ class StreamConfig(BaseModel):
         if constraints:
             from .logits import OutputSpec
 
-            spec = OutputSpec.from_config(self)  # checks the shapes; compiles nothing
+            try:  # checks the shapes and that the constraint compiles (no vocabulary yet)
+                spec = OutputSpec.from_config(self)
+            except InvalidArgumentError as exc:
+                raise ValueError(exc.message) from None
             if spec.constraint is not None and self.ignore_eos:
                 raise ValueError("ignore_eos cannot be used with an output constraint (the "
                                  "constraint ends the text with an end token)")

@@ -30,6 +30,7 @@ native is touched after the weights are freed).
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import weakref
@@ -161,6 +162,22 @@ def grammar_text(constraint: Constraint) -> str:
     return str(matcher.grammar_from_lark(lark))
 
 
+def check_compiles(constraint: Constraint) -> None:
+    """Raise :class:`InvalidArgumentError` when ``constraint`` does not compile (a regex or
+    grammar syntax error, an unknown rule, a JSON schema llguidance cannot turn into a
+    grammar), so a bad request is refused before any session work. Needs no vocabulary;
+    cached per constraint (a few ms the first time)."""
+    error = _compile_error(constraint.kind, constraint.source)
+    if error:
+        raise InvalidArgumentError(f"{constraint.kind} does not compile: {error.strip()}")
+
+
+@functools.lru_cache(maxsize=256)
+def _compile_error(kind: ConstraintKind, source: str) -> str:
+    grammar = grammar_text(Constraint(kind, source))
+    return str(_llguidance().LLMatcher.validate_grammar(grammar))
+
+
 class TokenVocabulary:
     """A model's vocabulary as the constraint engine sees it (an llguidance ``LLTokenizer``):
     each token's bytes, control tokens marked special, the end-of-generation ids as EOS.
@@ -290,4 +307,4 @@ class ConstraintMatcher:
 
 
 __all__ = ["EXTRA", "Constraint", "ConstraintKind", "ConstraintMatcher", "TokenVocabulary",
-           "grammar_text", "model_vocabulary"]
+           "check_compiles", "grammar_text", "model_vocabulary"]

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .constraint import Constraint, ConstraintMatcher, TokenVocabulary
+from .constraint import Constraint, ConstraintMatcher, TokenVocabulary, check_compiles
 from .errors import InvalidArgumentError
 from .logprobs import MAX_TOP_LOGPROBS, LogprobRecorder, RawLogprob
 
@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 class OutputSpec:
     """What one turn's generated tokens must satisfy and report: ``constraint`` (None: any
     text), ``logprobs`` (each token's logprob in ``Step.logprobs``) and ``top_logprobs`` (that
-    many alternatives per token, 0..20; implies ``logprobs``)."""
+    many alternatives per token, 0..20; implies ``logprobs``). A constraint that does not
+    compile is an :class:`InvalidArgumentError` here, before any session work."""
 
     constraint: Constraint | None = None
     logprobs: bool = False
@@ -53,6 +54,8 @@ class OutputSpec:
             raise InvalidArgumentError("constraint must be a Constraint (Constraint.json_schema"
                                        f"(...), .regex(...), .grammar(...)), got "
                                        f"{type(self.constraint).__name__}")
+        if self.constraint is not None:
+            check_compiles(self.constraint)
 
     @property
     def active(self) -> bool:

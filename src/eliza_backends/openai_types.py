@@ -25,7 +25,7 @@ from .config import describe_validation_error
 from .constraint import Constraint
 from .errors import InvalidArgumentError
 from .logits import OutputSpec
-from .tools import Tool, parse_tools, reply_constraint
+from .tools import Tool, chosen_tools, parse_tools, reply_constraint
 
 #: OpenAI's finish reasons that this project produces.
 OpenAIFinishReason = Literal["stop", "length", "tool_calls"]
@@ -240,14 +240,17 @@ def request_output(request: GenerationRequest) -> tuple[OutputSpec | None, list[
                 field = "tools"
                 tools = parse_tools(request.tools)
                 field = "tool_choice"
+                chosen_tools(tools, request.tool_choice)
+                field = "tools"  # a parameters schema that does not compile
                 constraint = reply_constraint(tools, request.tool_choice,
                                               request.parallel_tool_calls)
+            spec = OutputSpec(constraint, logprobs, top)  # compiles the constraint
         except InvalidArgumentError as exc:
             raise RequestError(exc.message, param=field) from None
     else:
         n = request.logprobs
         logprobs, top = n is not None and n is not False, int(n or 0)
-    spec = OutputSpec(constraint, logprobs, top)
+        spec = OutputSpec(None, logprobs, top)
     return (spec if spec.active else None), tools
 
 
