@@ -76,14 +76,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    print("| bundle | backend | vocab | plain ms/tok | logprobs ms/tok | json ms/tok | "
-          "hook ms/tok (json) | hook share |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| bundle | backend | vocab | plain ms/tok | logprobs ms/tok (x plain) | json ms/tok "
+          "(x plain) | hook ms/tok, json (min-max) | hook ms/tok, logprobs | hook share |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['bundle']} | {r['backend']} | {r['vocab']} | {r['plain']:.2f} | "
-              f"{r['logprobs']:.2f} | {r['json']:.2f} | {r['hook_json']:.2f} "
-              f"(min {r['hook_json_min']:.2f}, max {r['hook_json_max']:.2f}) | "
-              f"{100 * r['hook_json'] / r['json']:.1f}% |")
+              f"{r['logprobs']:.2f} ({r['logprobs'] / r['plain']:.2f}) | {r['json']:.2f} "
+              f"({r['json'] / r['plain']:.2f}) | {r['hook_json']:.2f} "
+              f"({r['hook_json_min']:.2f}-{r['hook_json_max']:.2f}) | "
+              f"{r['hook_logprobs']:.2f} | {100 * r['hook_json'] / r['json']:.1f}% |")
     return 0
 
 
