@@ -167,6 +167,12 @@ class StreamOverrides(TypedDict, total=False):
     ngram_size: int
     draft_model: str | None
     chat_template: str | None
+    response_format: Mapping[str, Any] | None
+    json_schema: Mapping[str, Any] | bool | None
+    regex: str | None
+    grammar: str | None
+    logprobs: bool
+    top_logprobs: int
     options: Mapping[str, Mapping[str, Any]]
 
 
