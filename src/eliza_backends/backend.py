@@ -39,6 +39,7 @@ from pydantic import BaseModel, ValidationError
 
 from .bundle import artifact_format, find_artifacts
 from .config import StreamConfig, describe_validation_error
+from .constraint import model_vocabulary
 from .draft_policy import DraftPolicy
 from .errors import (
     BundleError,
@@ -51,6 +52,8 @@ from .errors import (
     Status,
     UnsupportedOperationError,
 )
+from .logits import LogitsGuide, OutputSpec
+from .logprobs import TokenLogprob, TopLogprob
 from .model_info import ModelInfo
 from .slots import read_slot, write_slot
 from .speculative import Drafter, NgramDrafter, Verify, speculate
@@ -69,7 +72,9 @@ class Step:
     ``tokens``: the token ids generated in this step (up to the one that ended the stream).
     ``text``: their text, never splitting a UTF-8 character, never containing a stop string.
     ``drafted`` / ``accepted``: speculative tokens proposed / accepted in this step (0 without
-    a drafter). ``final``: the stream ended; ``finish_reason`` says why.
+    a drafter). ``final``: the stream ended; ``finish_reason`` says why. ``logprobs``: one
+    :class:`~eliza_backends.logprobs.TokenLogprob` per token when the turn asked for logprobs
+    (``StreamConfig.logprobs`` / ``top_logprobs``, or :meth:`Session.set_output`), else None.
     """
 
     tokens: tuple[int, ...]
@@ -78,6 +83,7 @@ class Step:
     accepted: int = 0
     final: bool = False
     finish_reason: FinishReason | None = None
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +104,9 @@ class Capabilities:
     (False: it always falls back to a full reset). ``slots``: save/restore. ``cancel_prefill``:
     ``cancel()`` interrupts a running prefill (False: only between calls/chunks).
     ``drafters``: the drafter kinds ``StreamConfig.drafter`` may name. ``sampling``: honours
-    temperature/top-k/top-p/min-p/seed (False: greedy only).
+    temperature/top-k/top-p/min-p/seed (False: greedy only). ``logits``: the backend runs the
+    core's logits hook (``Session._guide``) at every sampling point, so output constraints and
+    logprobs work (False: they are refused).
     """
 
     token_input: bool = True
@@ -107,6 +115,7 @@ class Capabilities:
     cancel_prefill: bool = True
     sampling: bool = True
     drafters: frozenset[str] = frozenset({"none"})
+    logits: bool = False
 
 
 @dataclass(frozen=True)
@@ -149,7 +158,7 @@ class Session(ABC):
       the ``capabilities`` property): a backend implements them and never calls them; the
       base class calls each with the consumer lock held, after validating the arguments;
     * **helpers** (``_raise_if_cancelled``, ``_cancel_requested``, ``_sequence``,
-      ``_drafter``, ``_stop_tokens``, ``_ends_generation``, ``_stream_ends_with``,
+      ``_drafter``, ``_guide``, ``_stop_tokens``, ``_ends_generation``, ``_stream_ends_with``,
       ``_speculate``): a backend
       calls them from inside its hooks and never overrides them (``@final``);
     * **internals** (double underscore, name-mangled): the base class's own state (history,
@@ -190,6 +199,9 @@ class Session(ABC):
         self.__finished = False
         self.__generated = 0
         self.__assembler = TextAssembler(config.stop)
+        spec = OutputSpec.from_config(config)
+        self.__output: OutputSpec | None = spec if spec.active else None
+        self.__guide: LogitsGuide | None = None  # this turn's, built at prefill
         # with a drafter, a default step is one speculative round (draft_length + 1 tokens)
         speculative = config.drafter != "none" and config.tokens_per_step == 1
         self.__default_step = config.draft_length + 1 if speculative else config.tokens_per_step
@@ -335,7 +347,9 @@ class Session(ABC):
                     f"prefill of {len(ids)} tokens does not fit: {len(history)} of "
                     f"{self.__n_ctx} context positions are used ({room} free); raise "
                     "context_size, or reset()/reset_keep() first")
+            guide = None if self.__output is None else self.__new_guide(self.__output)
             self.__ready = False
+            self.__guide = guide
             self._prefill(ids)
             history.extend(ids)
             self.__ready = True
@@ -398,16 +412,40 @@ class Session(ABC):
             reason = "length"
         elif reason is None and len(out.tokens) >= room:
             reason = "context"
+        logprobs = None if self.__guide is None else self.__logprobs(len(out.tokens), len(kept))
         if reason is None:
-            return Step(tuple(kept), "".join(texts), out.drafted, out.accepted)
+            return Step(tuple(kept), "".join(texts), out.drafted, out.accepted,
+                        logprobs=logprobs)
         if reason != "stop":
             texts.append(assembler.flush())
-        return self.__finish(tuple(kept), "".join(texts), out.drafted, out.accepted, reason)
+        return self.__finish(tuple(kept), "".join(texts), out.drafted, out.accepted, reason,
+                             logprobs)
 
     def __finish(self, tokens: tuple[int, ...], text: str, drafted: int, accepted: int,
-                 reason: FinishReason) -> Step:
+                 reason: FinishReason, logprobs: tuple[TokenLogprob, ...] | None = None) -> Step:
         self.__finished = True
-        return Step(tokens, text, drafted, accepted, final=True, finish_reason=reason)
+        return Step(tokens, text, drafted, accepted, final=True, finish_reason=reason,
+                    logprobs=logprobs)
+
+    def __logprobs(self, produced: int, kept: int) -> tuple[TokenLogprob, ...] | None:
+        assert self.__guide is not None
+        raw = self.__guide.take_logprobs(produced)
+        if raw is None:
+            return None
+        piece = self._token_bytes
+        return tuple(TokenLogprob(r.token, piece(r.token), r.logprob,
+                                  tuple(TopLogprob(t, piece(t), lp) for t, lp in r.top))
+                     for r in raw[:kept])
+
+    def __new_guide(self, spec: OutputSpec) -> LogitsGuide:
+        vocabulary = None
+        if spec.constraint is not None:
+            def control_id(text: str) -> int | None:
+                ids = self._tokenize(text, False, True)
+                return ids[0] if len(ids) == 1 else None
+
+            vocabulary = model_vocabulary(self.__info, self._token_bytes, control_id)
+        return LogitsGuide(spec, vocabulary)
 
     @final
     def cancel(self) -> None:
@@ -454,6 +492,25 @@ class Session(ABC):
         self.__finished = False
         self.__generated = 0
         self.__assembler = TextAssembler(self.config.stop)
+        self.__guide = None
+
+    @final
+    def set_output(self, spec: OutputSpec | None) -> None:
+        """What the tokens generated after each following prefill must satisfy and report (a
+        constraint, logprobs; see :class:`~eliza_backends.logits.OutputSpec`); None goes back
+        to the config's (``response_format`` / ``json_schema`` / ``regex`` / ``grammar``,
+        ``logprobs`` / ``top_logprobs``). It takes effect at the next prefill, and every
+        prefill starts the constraint afresh. Raises :class:`UnsupportedOperationError` when
+        the session cannot (``capabilities.logits`` False, or a drafter is on)."""
+        if spec is None:
+            spec = OutputSpec.from_config(self.config)
+        if not isinstance(spec, OutputSpec):
+            raise InvalidArgumentError(f"set_output() takes an OutputSpec or None, got "
+                                       f"{type(spec).__name__}")
+        if spec.active:
+            check_output_support(self.capabilities, self.config, spec, self.backend_name)
+        with self.__consumer("set_output", allow_cancelled=True):
+            self.__output = spec if spec.active else None
 
     @final
     def save_slot(self, path: str | os.PathLike[str]) -> None:
@@ -575,6 +632,14 @@ class Session(ABC):
         """The session's drafter (None without one)."""
         return self.__drafter
 
+    @property
+    @final
+    def _guide(self) -> LogitsGuide | None:
+        """This turn's logits hook: call ``process(row)`` on the next-token logits before
+        sampling and ``accept(token)`` after (None: the turn asks for nothing; see
+        :mod:`eliza_backends.logits`). Only backends with ``capabilities.logits`` see one."""
+        return self.__guide
+
     @final
     def _ends_generation(self, token: int) -> bool:
         """True when ``token`` ends the stream: an end-of-generation id, and no ignore_eos."""
@@ -675,6 +740,22 @@ class Session(ABC):
             yield
         finally:
             self.__lock.release()
+
+
+def check_output_support(caps: Capabilities, config: StreamConfig, spec: OutputSpec,
+                         backend: str) -> None:
+    """Refuse an output constraint or logprobs the session cannot honour (never a silent
+    unconstrained answer)."""
+    what = spec.constraint.kind if spec.constraint is not None else "logprobs"
+    if not caps.logits:
+        raise UnsupportedOperationError(
+            f"backend {backend} does not expose next-token logits (capabilities.logits is "
+            f"False), so it cannot apply {what}; choose another backend (llama.cpp, mlx, or "
+            "litert-lm with session='interpreter')")
+    if config.drafter != "none":
+        raise UnsupportedOperationError(
+            f"{what} with speculative decoding is not supported: use drafter='none' for "
+            "this stream")
 
 
 class Factory(ABC):
@@ -806,4 +887,4 @@ class Factory(ABC):
 
 
 __all__ = ["Availability", "Capabilities", "Decoded", "Factory", "FinishReason", "ModelInfo",
-           "Session", "Step"]
+           "Session", "Step", "check_output_support"]

@@ -75,6 +75,18 @@ class StreamConfig(BaseModel):
     chat_template: str | None = Field(
         None, description="Jinja chat template to use instead of the model's own.")
 
+    response_format: Mapping[str, Any] | None = Field(
+        None, description="OpenAI-style output format: {'type': 'json_object'} or "
+        "{'type': 'json_schema', 'json_schema': {'name': ..., 'schema': {...}}}.")
+    json_schema: Mapping[str, Any] | bool | None = Field(
+        None, description="Generated text is JSON valid against this schema (True: any object).")
+    regex: str | None = Field(None, description="Generated text matches this regular expression.")
+    grammar: str | None = Field(
+        None, description="Generated text follows this grammar (llguidance Lark, or GBNF).")
+    logprobs: bool = Field(False, description="Report each generated token's logprob in Step.")
+    top_logprobs: int = Field(
+        0, ge=0, le=20, description="Alternatives reported per token (implies logprobs).")
+
     options: Mapping[str, Mapping[str, Any]] = Field(
         default_factory=dict,
         description="Per-backend options keyed by backend name, validated by that backend.",
@@ -102,6 +114,20 @@ class StreamConfig(BaseModel):
             )
         if self.draft_model is not None and self.drafter != "model":
             raise ValueError("draft_model is only used with drafter='model'")
+        constraints = [name for name in ("response_format", "json_schema", "regex", "grammar")
+                       if getattr(self, name) is not None]
+        if len(constraints) > 1:
+            raise ValueError(f"set one output constraint, not {' and '.join(constraints)}")
+        if constraints:
+            from .logits import OutputSpec
+
+            try:  # checks the shapes and that the constraint compiles (no vocabulary yet)
+                spec = OutputSpec.from_config(self)
+            except InvalidArgumentError as exc:
+                raise ValueError(exc.message) from None
+            if spec.constraint is not None and self.ignore_eos:
+                raise ValueError("ignore_eos cannot be used with an output constraint (the "
+                                 "constraint ends the text with an end token)")
         return self
 
     @property
@@ -146,6 +172,12 @@ class StreamOverrides(TypedDict, total=False):
     ngram_size: int
     draft_model: str | None
     chat_template: str | None
+    response_format: Mapping[str, Any] | None
+    json_schema: Mapping[str, Any] | bool | None
+    regex: str | None
+    grammar: str | None
+    logprobs: bool
+    top_logprobs: int
     options: Mapping[str, Mapping[str, Any]]
 
 

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .backend import Session, Step
+from .backend import Session, Step, check_output_support
 
 if TYPE_CHECKING:
     import asyncio
@@ -26,6 +26,7 @@ from .chat_tokens import chat_token_ids
 from .config import StreamConfig, StreamOverrides
 from .context import InferenceContext
 from .errors import InvalidArgumentError, PluginError, UnsupportedOperationError
+from .logits import OutputSpec
 from .registry import Registry, default_registry
 from .selector import KNOWN_BACKENDS, select
 
@@ -118,9 +119,11 @@ class Stream:
         return len(ids)
 
     def chat_tokens(self, messages: Sequence[Mapping[str, Any]], *,
-                    add_generation_prompt: bool = True) -> list[int]:
+                    add_generation_prompt: bool = True,
+                    tools: Sequence[Mapping[str, Any]] | None = None) -> list[int]:
         """Render chat ``messages`` with the model's template (or ``config.chat_template``) and
         tokenize the result (no BOS added: templates write their own). Prefills nothing.
+        ``tools``: OpenAI tool definitions for a template that renders them.
         Message content is never read as control tokens: ``"<|end|>"`` in a message is text
         (see :mod:`eliza_backends.chat_tokens`). Rendering is bounded
         (:class:`~eliza_backends.chat.RenderLimits`) and :meth:`cancel` stops it with
@@ -134,7 +137,7 @@ class Stream:
                 "StreamConfig(chat_template=...) or prefill text yourself")
         with render_bounds(cancelled=lambda: session.cancelled):
             return chat_token_ids(session, template, messages,
-                                  add_generation_prompt=add_generation_prompt)
+                                  add_generation_prompt=add_generation_prompt, tools=tools)
 
     def prefill_reusing(self, token_ids: Sequence[int]) -> int:
         """Make the session's sequence exactly ``token_ids``, ready to generate from, prefilling
@@ -288,6 +291,9 @@ def check_capabilities(session: Session, config: StreamConfig, backend: str) -> 
         raise UnsupportedOperationError(
             f"backend {backend} decodes greedily only; set temperature=0 or choose another "
             "backend")
+    spec = OutputSpec.from_config(config)
+    if spec.active:
+        check_output_support(caps, config, spec, backend)
 
 
 def open_stream(

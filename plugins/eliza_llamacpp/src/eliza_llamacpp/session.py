@@ -80,7 +80,7 @@ class LlamaCppSession(Session):
     def capabilities(self) -> Capabilities:
         return Capabilities(token_input=True, prefix_reuse=True, slots=True,
                             cancel_prefill=True, sampling=True,
-                            drafters=frozenset({"none", "ngram", "model"}))
+                            drafters=frozenset({"none", "ngram", "model"}), logits=True)
 
     # ------------------------------------------------------------------ hooks
 
@@ -159,10 +159,20 @@ class LlamaCppSession(Session):
         return tok
 
     def _decode_plain(self, max_tokens: int) -> Decoded:
-        sample_at = self._sample_at
+        sample_at, ctx, guide = self._sample_at, self._ctx, self._guide
 
         def sample(_out: list[int]) -> int:
             return sample_at(-1)
+
+        if guide is not None:  # the core's logits hook: masked in place, then sampled as usual
+            n_vocab = self.vocab_size
+
+            def sample(_out: list[int]) -> int:
+                guide.process(np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, -1),
+                                                    shape=(n_vocab,)))
+                tok = sample_at(-1)
+                guide.accept(tok)
+                return tok
 
         return Decoded(self._cursor.decode(max_tokens, self._feed_pending, sample,
                                        self._stop_tokens, self._raise_if_cancelled))
