@@ -169,6 +169,7 @@ class StreamOverrides(TypedDict, total=False):
     seed: int
     drafter: DrafterKind
     draft_length: int
+    draft_policy: Literal["auto", "fixed"]
     ngram_size: int
     draft_model: str | None
     chat_template: str | None
