@@ -12,7 +12,7 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
-args=(-e ".[dev,server]")
+args=(-e ".[dev,server,ray]")
 for plugin in plugins/*/; do
   args+=(-e "$plugin")
 done

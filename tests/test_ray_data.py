@@ -12,7 +12,7 @@ import psutil
 import pyarrow as pa
 import pytest
 import ray
-from conftest import TINY_BUNDLE
+from conftest import ROOT, TINY_BUNDLE
 
 from eliza_backends import InferenceContext, chat_completion, completion
 from eliza_backends.ray import RESULT_COLUMNS, BatchGenerator, generate
@@ -140,3 +140,11 @@ def test_cancelling_the_job_frees_the_actors(cluster: None) -> None:
         alive = {p for p in pids if psutil.pid_exists(p) and
                  psutil.Process(p).status() != psutil.STATUS_ZOMBIE}
     assert not alive, f"actor processes {alive} still run after the job was cancelled"
+
+
+def test_docs_result_columns_table_matches_the_code() -> None:
+    page = (ROOT / "docs" / "guides" / "ray.md").read_text()
+    table = page.split("### Result columns", 1)[1].split("\n\n", 2)[1]
+    documented = [name.strip(" `") for line in table.splitlines()[2:]
+                  for name in line.split("|")[1].split(",")]
+    assert sorted(documented) == sorted(RESULT_COLUMNS)

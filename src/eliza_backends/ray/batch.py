@@ -48,11 +48,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..completions import chat_completion, completion, model_name, serving_config, session_config
+from ..completions import (
+    chat_completion,
+    completion,
+    model_name,
+    serving_config,
+    session_config,
+    session_key,
+)
 from ..config import StreamConfig
 from ..context import InferenceContext
 from ..errors import ElizaError, InvalidArgumentError
 from ..openai_types import (
+    ChatChoice,
     ChatCompletion,
     ChatCompletionRequest,
     Completion,
@@ -71,6 +79,9 @@ RESULT_COLUMNS: dict[str, str] = {
     "text": "string", "finish_reason": "string", "prompt_tokens": "int64",
     "completion_tokens": "int64", "response": "string", "error": "string",
     "error_code": "string", "backend": "string", "worker": "string"}
+
+#: Sessions one generator keeps open at most (one per distinct set of sampling settings).
+MAX_STREAMS = 4
 
 #: Row columns that are request fields (``model`` and ``stream`` are the generator's own).
 REQUEST_FIELDS = frozenset(
@@ -133,7 +144,7 @@ class BatchGenerator:
         self.worker = f"{socket.gethostname()}/{os.getpid()}"
         self.base = serving_config(config)
         self._backend_request = backend
-        self._streams: dict[str, Stream] = {}
+        self._streams: dict[tuple[tuple[str, Any], ...], Stream] = {}
         self.context = InferenceContext(bundle)
         try:
             self.backend = self._stream(self.base).backend
@@ -142,12 +153,15 @@ class BatchGenerator:
             raise
 
     def _stream(self, config: StreamConfig) -> Stream:
-        """The open stream whose session has ``config``'s settings (opened on first use)."""
-        key = config.model_dump_json()
-        stream = self._streams.get(key)
+        """The open stream whose session has ``config``'s settings (opened on first use; past
+        :data:`MAX_STREAMS` settings, the least recently used one is closed)."""
+        key = session_key(config)
+        stream = self._streams.pop(key, None)
         if stream is None or stream.session.closed:
+            if len(self._streams) >= MAX_STREAMS:
+                self._streams.pop(next(iter(self._streams))).close()
             stream = open_stream(self.context, config, backend=self._backend_request)
-            self._streams[key] = stream
+        self._streams[key] = stream  # most recently used last
         return stream
 
     def _drop(self, stream: Stream) -> None:
@@ -174,9 +188,10 @@ class BatchGenerator:
                                "choice its own row with its own seed", param="n")
         stream = self._stream(config)
         try:
-            if chat:
-                return chat_completion(stream, model=self.model, **data)
-            return completion(stream, model=self.model, **data)
+            response: ChatCompletion | Completion = (
+                chat_completion(stream, model=self.model, **data) if chat
+                else completion(stream, model=self.model, **data))
+            return response
         except InvalidArgumentError:
             raise  # checked before anything ran: the session is intact
         except BaseException:
@@ -200,7 +215,7 @@ class BatchGenerator:
             out.update(error=f"{type(exc).__name__}: {exc}", error_code="internal_error")
             return out
         first = response.choices[0]
-        text = first.message.content if isinstance(response, ChatCompletion) else first.text
+        text = first.message.content if isinstance(first, ChatChoice) else first.text
         usage = response.usage
         out.update(text=text, finish_reason=first.finish_reason,
                    prompt_tokens=usage.prompt_tokens if usage else None,

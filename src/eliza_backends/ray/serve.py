@@ -166,10 +166,13 @@ def deployment(bundle: str | os.PathLike[str], *, num_replicas: int | None = 2,
     scaling: dict[str, Any] = ({"autoscaling_config": dict(autoscaling_config)}
                                if autoscaling_config is not None
                                else {"num_replicas": num_replicas})
-    app = serve.deployment(OpenAIReplica, name=name).options(
-        max_ongoing_requests=max_ongoing_requests or sessions + waiting,
-        ray_actor_options=actor_options, **scaling, **options)
-    return app.bind(str(Path(bundle).resolve()), config=base, sessions=sessions, queue=waiting, backend=backend, model=model, grace=grace)
+    replica = serve.deployment(
+        name=name, max_ongoing_requests=max_ongoing_requests or sessions + waiting,
+        ray_actor_options=actor_options, **scaling, **options)(OpenAIReplica)
+    app: Application = replica.bind(str(Path(bundle).resolve()), config=base,
+                                    sessions=sessions, queue=waiting, backend=backend,
+                                    model=model, grace=grace)
+    return app
 
 
 def app_builder(args: ServeArgs) -> Application:
