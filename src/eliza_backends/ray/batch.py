@@ -69,6 +69,7 @@ from ..openai_types import (
     parse_request,
 )
 from ..stream import Stream, open_stream
+from .resources import worker_config
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -121,7 +122,8 @@ class BatchGenerator:
     fn_constructor_kwargs={"bundle": ...}, compute=ray.data.ActorPoolStrategy(size=2))``.
 
     ``bundle``: the bundle directory (on a cluster, a path every worker can read). ``config``:
-    the sessions' base settings (context size, threads, backend options, default sampling);
+    the sessions' base settings (context size, threads, backend options, default sampling;
+    without ``threads``, on a Ray actor, the CPUs Ray reserved for it);
     ``backend``: a hard backend request (else each worker selects its own); ``model``: the id
     the responses name (default: the bundle's). ``defaults``: request fields every row gets
     unless its own column says otherwise (e.g. ``max_tokens=64``).
@@ -142,7 +144,7 @@ class BatchGenerator:
         self.defaults = {k: _plain(v) for k, v in defaults.items() if v is not None}
         self.model = model or model_name(bundle)
         self.worker = f"{socket.gethostname()}/{os.getpid()}"
-        self.base = serving_config(config)
+        self.base = serving_config(worker_config(config))
         self._backend_request = backend
         self._streams: dict[tuple[tuple[str, Any], ...], Stream] = {}
         self.context = InferenceContext(bundle)
@@ -268,15 +270,12 @@ def generate(dataset: Dataset, bundle: str | os.PathLike[str], *,
     (``take_all``, ``iter_rows``, ``write_parquet``...)."""
     import ray.data
 
-    base = StreamConfig.build(config)
-    if base.threads is None:
-        base = StreamConfig.build(base, threads=max(1, int(cpus_per_actor)))
     size = (actors, actors) if isinstance(actors, int) else actors
     generated = dataset.map_batches(
         BatchGenerator, batch_format="pyarrow", batch_size=batch_size,
         compute=ray.data.ActorPoolStrategy(min_size=size[0], max_size=size[1]),
         num_cpus=cpus_per_actor,
-        fn_constructor_kwargs={"bundle": str(Path(bundle).resolve()), "config": base,
+        fn_constructor_kwargs={"bundle": str(Path(bundle).resolve()), "config": config,
                                "backend": backend, "model": model, **defaults})
     if preserve_order:  # this dataset's own context (a copy of the driver's)
         generated.context.execution_options.preserve_order = True

@@ -45,6 +45,7 @@ from ..completions import model_name
 from ..config import StreamConfig
 from ..server.app import create_app
 from ..server.pool import SessionPool
+from .resources import worker_config
 
 log = logging.getLogger("eliza_backends.ray.serve")
 
@@ -84,7 +85,7 @@ class OpenAIReplica:
         self.model = model or model_name(bundle)
         self.replica = f"{socket.gethostname()}/{os.getpid()}"
         self.grace = grace
-        self.pool = SessionPool(bundle, StreamConfig.build(config), sessions=sessions,
+        self.pool = SessionPool(bundle, worker_config(config, sessions), sessions=sessions,
                                 max_queue=queue, backend=backend)
         self.pool.open()
         log.info("replica %s: model %s on %s, %d sessions, queue %d", self.replica, self.model,
@@ -123,8 +124,9 @@ class ServeArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     bundle: str = Field(description="The bundle directory (a path every node can read).")
-    num_replicas: int | None = Field(2, ge=1, description="Fixed replica count (None: "
-                                     "autoscale between min_replicas and max_replicas).")
+    num_replicas: int = Field(2, ge=1, description="Fixed replica count (unless autoscale).")
+    autoscale: bool = Field(False, description="Autoscale between min_replicas and "
+                            "max_replicas instead of num_replicas.")
     min_replicas: int = Field(1, ge=0, description="Autoscaling: fewest replicas.")
     max_replicas: int = Field(4, ge=1, description="Autoscaling: most replicas.")
     target_ongoing_requests: float = Field(
@@ -158,9 +160,6 @@ def deployment(bundle: str | os.PathLike[str], *, num_replicas: int | None = 2,
     more requests waiting. ``max_ongoing_requests`` (default ``sessions + queue``) is how many
     requests Serve sends one replica at once. ``options``: any other option of
     ``serve.deployment`` (``health_check_period_s``, ``ray_actor_options``...)."""
-    base = StreamConfig.build(config)
-    if base.threads is None:
-        base = StreamConfig.build(base, threads=max(1, int(num_cpus) // sessions))
     waiting = 4 * sessions if queue is None else queue
     actor_options = {"num_cpus": num_cpus, **options.pop("ray_actor_options", {})}
     scaling: dict[str, Any] = ({"autoscaling_config": dict(autoscaling_config)}
@@ -169,7 +168,7 @@ def deployment(bundle: str | os.PathLike[str], *, num_replicas: int | None = 2,
     replica = serve.deployment(
         name=name, max_ongoing_requests=max_ongoing_requests or sessions + waiting,
         ray_actor_options=actor_options, **scaling, **options)(OpenAIReplica)
-    app: Application = replica.bind(str(Path(bundle).resolve()), config=base,
+    app: Application = replica.bind(str(Path(bundle).resolve()), config=config,
                                     sessions=sessions, queue=waiting, backend=backend,
                                     model=model, grace=grace)
     return app
@@ -177,8 +176,8 @@ def deployment(bundle: str | os.PathLike[str], *, num_replicas: int | None = 2,
 
 def app_builder(args: ServeArgs) -> Application:
     """Ray Serve's application builder: ``serve run eliza_backends.ray.serve:app_builder
-    bundle=PATH [num_replicas=N | num_replicas=null min_replicas=.. max_replicas=..] ...``."""
-    autoscaling = None if args.num_replicas is not None else {
+    bundle=PATH [num_replicas=N | autoscale=true min_replicas=.. max_replicas=..] ...``."""
+    autoscaling = None if not args.autoscale else {
         "min_replicas": args.min_replicas, "max_replicas": args.max_replicas,
         "target_ongoing_requests": args.target_ongoing_requests}
     config = {"context_size": args.context_size} if args.context_size else None
