@@ -148,3 +148,17 @@ def test_docs_result_columns_table_matches_the_code() -> None:
     documented = [name.strip(" `") for line in table.splitlines()[2:]
                   for name in line.split("|")[1].split(",")]
     assert sorted(documented) == sorted(RESULT_COLUMNS)
+
+
+def test_threads_default_to_the_cpus_ray_reserved(cluster: None) -> None:
+    """A model on an actor that reserved 2 CPUs runs 2 threads; in the driver (nothing
+    reserved) the config is left to the runtime's default."""
+    from eliza_backends.ray.resources import worker_config
+
+    @ray.remote(num_cpus=2)
+    def threads() -> tuple[int | None, int | None]:
+        return worker_config(None).threads, worker_config({"threads": 1}).threads
+
+    assert ray.get(threads.remote()) == (2, 1)
+    assert worker_config(None).threads is None
+    assert worker_config(None, sessions=2).threads is None

@@ -21,7 +21,10 @@ def reserved_cpus() -> float | None:
     ray = sys.modules.get("ray")  # a Ray worker has imported it; never import it here
     if ray is None or not ray.is_initialized():
         return None
-    cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
+    try:
+        cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
+    except AssertionError:  # Ray's answer in the driver: nothing is reserved for it
+        return None
     return float(cpus) if cpus else None
 
 
