@@ -20,7 +20,7 @@ from conftest import TINY_BUNDLE
 from ray import serve
 
 from eliza_backends import InferenceContext, chat_completion
-from eliza_backends.ray import deployment
+from eliza_backends.ray import app_builder, deployment
 
 CONFIG = {"threads": 1, "context_size": 512}
 MAX_TOKENS = 24
@@ -57,6 +57,19 @@ def expected() -> dict[str, str | None]:
         return {q: chat_completion(context, [{"role": "user", "content": q}],
                                    max_tokens=MAX_TOKENS, config=CONFIG
                                    ).choices[0].message.content for q in QUESTIONS}
+
+
+def test_app_builder_takes_serve_cli_strings() -> None:
+    """``serve run eliza_backends.ray.serve:app_builder key=value ...`` hands the builder a dict
+    of strings; it validates them (no cluster needed to build the application)."""
+    app = app_builder({"bundle": str(TINY_BUNDLE), "autoscale": "true", "max_replicas": "3",
+                       "sessions": "2", "num_cpus": "2"})
+    replica = app._bound_deployment  # Ray has no public accessor for an Application's deployment
+    assert replica.name == "eliza" and replica.max_ongoing_requests == 2 + 8
+    assert replica.ray_actor_options["num_cpus"] == 2
+    assert replica.init_kwargs["sessions"] == 2 and replica.init_kwargs["queue"] == 8
+    with pytest.raises(ValueError, match="replicas"):
+        app_builder({"bundle": str(TINY_BUNDLE), "replicas": "2"})
 
 
 def ask(client: openai.OpenAI, question: str) -> tuple[str | None, str, str]:

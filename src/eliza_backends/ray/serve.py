@@ -174,9 +174,12 @@ def deployment(bundle: str | os.PathLike[str], *, num_replicas: int | None = 2,
     return app
 
 
-def app_builder(args: ServeArgs) -> Application:
+def app_builder(args: ServeArgs | Mapping[str, Any]) -> Application:
     """Ray Serve's application builder: ``serve run eliza_backends.ray.serve:app_builder
-    bundle=PATH [num_replicas=N | autoscale=true min_replicas=.. max_replicas=..] ...``."""
+    bundle=PATH [num_replicas=N | autoscale=true min_replicas=.. max_replicas=..] ...``.
+    ``args``: a :class:`ServeArgs`, or the ``key=value`` strings Serve's CLI (or a config
+    file's ``args``) passes, validated into one (an unknown key is an error)."""
+    args = args if isinstance(args, ServeArgs) else ServeArgs.model_validate(dict(args))
     autoscaling = None if not args.autoscale else {
         "min_replicas": args.min_replicas, "max_replicas": args.max_replicas,
         "target_ongoing_requests": args.target_ongoing_requests}
