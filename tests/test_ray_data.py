@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 import ray
 from conftest import ROOT, TINY_BUNDLE
+from ray_cluster import start_local_ray
 
 from eliza_backends import InferenceContext, chat_completion, completion
 from eliza_backends.ray import RESULT_COLUMNS, BatchGenerator, generate
@@ -57,8 +58,7 @@ def in_process(items: list[dict[str, Any]]) -> list[str | None]:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[None]:
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             object_store_memory=100 << 20)
+    start_local_ray()
     ray.data.DataContext.get_current().enable_progress_bars = False
     try:
         yield

@@ -18,6 +18,7 @@ import pytest
 import ray
 from conftest import TINY_BUNDLE
 from ray import serve
+from ray_cluster import start_local_ray
 
 from eliza_backends import InferenceContext, chat_completion
 from eliza_backends.ray import app_builder, deployment
@@ -36,8 +37,7 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def served() -> Iterator[str]:
     """The API base URL of a 2-replica deployment of the tiny bundle."""
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             object_store_memory=100 << 20)
+    start_local_ray()
     try:
         port = free_port()
         serve.start(http_options={"host": "127.0.0.1", "port": port})
