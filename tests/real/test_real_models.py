@@ -26,7 +26,7 @@ import pytest
 
 from eliza_backends import open_stream, verify_bundle
 
-from .conftest import parity
+from .conftest import THREADS, parity
 
 F32 = {  # artifact label in parity.json -> what serves it
     "gguf": "-f32.gguf", "mlx": "-mlx-f32", "tflite": "-fp32.tflite",
@@ -90,7 +90,8 @@ def test_seam_here_gives_the_parity_ids(model: str, request: pytest.FixtureReque
                              ("litert-lm", {"litert-lm": {"artifact": tfl,
                                                           "session": "interpreter"}})):
         with open_stream(bundle, backend=backend, options=options, max_tokens=32,
-                         temperature=0.0, ignore_eos=True, context_size=1024) as stream:
+                         temperature=0.0, ignore_eos=True, context_size=1024,
+                         threads=THREADS) as stream:
             for p in doc["prompts"][:4]:
                 stream.reset()
                 stream.prefill(p["ids"])
@@ -113,7 +114,7 @@ def test_smollm2_chat_replies_the_same_on_every_backend(smollm2: Path) -> None:
     for backend, opts in CHAT_VARIANTS:
         options = {backend: {"artifact": artifacts[backend], **opts}}
         with open_stream(smollm2, backend=backend, options=options, max_tokens=48,
-                         temperature=0.0) as stream:
+                         temperature=0.0, threads=THREADS) as stream:
             assert stream.session.chat_template and "<|im_start|>" in stream.session.chat_template
             stream.prefill_messages(CHAT)
             steps = list(stream)
@@ -137,7 +138,7 @@ def test_original_q4_gguf_equals_llama_cpp_llama(model: str, flash: str,
     prompts = [p["ids"] for p in parity(bundle)["prompts"] if p["name"].startswith("short")]
     from direct_runtimes import direct_llama
 
-    llm = direct_llama(model_path=str(source), n_ctx=256, n_batch=256, n_threads=2,
+    llm = direct_llama(model_path=str(source), n_ctx=256, n_batch=256, n_threads=THREADS,
                           flash_attn=flash == "on", verbose=False)
     want = []
     for ids in prompts:
@@ -153,7 +154,7 @@ def test_original_q4_gguf_equals_llama_cpp_llama(model: str, flash: str,
     del llm
     name = next(p.name for p in (bundle / "text").iterdir() if p.name.endswith("-source.gguf"))
     with open_stream(bundle, backend="llama.cpp", max_tokens=32, temperature=0.0,
-                     ignore_eos=True, context_size=256, threads=2,
+                     ignore_eos=True, context_size=256, threads=THREADS,
                      options={"llama.cpp": {"artifact": name, "flash_attention": flash}}) as s:
         for ids, expected in zip(prompts, want, strict=True):
             s.reset()
@@ -196,6 +197,7 @@ def test_sentencepiece_litertlm_is_served_by_both_litert_sessions(gemma3: Path) 
     p = doc["prompts"][0]
     for session in ("interpreter", "engine"):
         with open_stream(gemma3, backend="litert-lm", max_tokens=16, temperature=0.0,
+                         threads=THREADS,
                          options={"litert-lm": {"artifact": lm, "session": session}}) as s:
             assert type(s.session._loaded.tokenizer if session == "engine"
                         else s.session._model.tokenizer).__name__ == "SPTokenizer"
@@ -219,3 +221,42 @@ def test_manifest_lists_every_file(model: str, request: pytest.FixtureRequest) -
     if model == "gemma3":
         assert checked["rope_local_base_freq"] == 10000.0
         assert checked["sliding_window"] == 512
+
+
+@pytest.mark.parametrize("model", ["smollm2", "gemma3"])
+def test_original_q4_source_agrees_with_the_float32_reference(model: str,
+                                                              request: pytest.FixtureRequest
+                                                              ) -> None:
+    """The quantized source is not expected to be exact, but fed the reference's tokens it
+    must pick the reference's top-1 almost everywhere, and its first greedy divergence must
+    fall where the reference's top two logits nearly tie (a real difference, e.g. a wrong
+    dequantization or layout, diverges early at a large gap and fails teacher-forcing)."""
+    bundle: Path = request.getfixturevalue(model)
+    arts = parity(bundle)["artifacts"]
+    res = next(v for k, v in arts.items() if k.endswith("-source.gguf"))
+    assert "error" not in res, res.get("error")
+    assert res["teacher_forced_agree"] >= 0.9 * res["positions"], res
+    fd = res["first_divergence"]
+    if fd is not None:
+        assert fd["reference_gap"] < 1.0, fd
+
+
+def test_smollm2_core_ml_package_is_converted_and_checked(smollm2: Path) -> None:
+    """Core ML: converted on Linux, run only on macOS. What Linux can check is checked by
+    ``bundle convert`` and recorded in convert.json: the traced program, run step by step
+    through its own KV state (prefill, then decode), gives transformers' float32 logits, and
+    the saved package has the inputs, states and output the Core ML session reads."""
+    from eliza_backends.convert.coreml_out import IDS, KEYS, LOGITS, MASK, TOLERANCE, VALUES
+
+    report = json.loads((smollm2 / "convert.json").read_text())
+    checked = report["coreml_checked"]["fp32"]
+    exact = checked["traced_vs_transformers"]["float32_cache"]
+    assert exact["top1_agree"] == exact["positions"] >= 24
+    assert exact["max_abs_logit_diff"] <= TOLERANCE
+    half = checked["traced_vs_transformers"]["float16_cache"]  # the cache as Core ML holds it
+    assert half["top1_agree"] >= 0.9 * half["positions"], half
+    spec = checked["spec"]
+    assert sorted(spec["inputs"]) == sorted([IDS, MASK])
+    assert sorted(spec["states"]) == sorted([KEYS, VALUES]) and spec["outputs"] == [LOGITS]
+    manifest = verify_bundle(smollm2, hashes=False)
+    assert any(a.format == "mlpackage" for a in manifest.artifacts)

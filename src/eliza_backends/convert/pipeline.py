@@ -188,6 +188,10 @@ def convert(src: str | os.PathLike[str], out: str | os.PathLike[str], plan: Conv
         shutil.rmtree(root / TEXT_DIR, ignore_errors=True)  # our own earlier output: replaced
         for stale in ("parity.json", "manifest.json"):
             (root / stale).unlink(missing_ok=True)
+    # claimed before the first stage, so a run that is interrupted can be rerun into ``root``
+    # (the cached stages make it resume); the finished report replaces this one
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "convert.json").write_text(json.dumps({"status": "in progress"}) + "\n")
     runner = StageRunner(Path(work_dir) if work_dir else default_cache_dir() / "convert", log)
     versions = toolchain.versions()
     code = toolchain.code_hash("gguf_source", "hf_source", "hf_checkpoint", "tokenizer_build",

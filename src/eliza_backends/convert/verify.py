@@ -13,6 +13,10 @@ where the backend honours it) and is scored by:
 * the first divergence (prompt, position) and the reference's gap there (a small gap means the
   two models were nearly tied; a large one means a real difference).
 
+Each prompt is prefilled reusing the prefix it shares with the session's sequence
+(:meth:`~eliza_backends.Stream.prefill_reusing`): the 900-token prompt continues the 600-token
+one's cache, as a chat's next turn would, so only 300 of its tokens are prefilled.
+
 Decode speed (tokens/s, the seam's metrics) is recorded per artifact too.
 """
 
@@ -141,8 +145,8 @@ def score_artifact(root: Path, backend: str, options: dict[str, Any],
                      threads=threads) as stream:
         for name, ids in prompts:
             want = ref[name]["ids"]
-            stream.reset()
-            stream.prefill(ids)
+            # prompts sharing a prefix (the long ones are cuts of one text) reuse its KV
+            stream.prefill_reusing(ids)
             got: list[int] = []
             t0 = time.perf_counter()
             for step in stream:
