@@ -154,8 +154,9 @@ def test_bundles_accept_and_list_sidecar_tokenizers(tmp_path: Path, tiny_bundle:
         create_bundle(tmp_path / "c", [shared])
 
 
-def test_a_hugging_face_folder_converts_to_the_same_gguf(tmp_path: Path,
-                                                          tiny_bundle: Path) -> None:
+def test_a_hugging_face_folder_converts_to_the_same_gguf(tmp_path: Path, tiny_bundle: Path,
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
     """The tiny bundle's MLX folder is a Hugging Face llama checkpoint (float16): converted
     as SRC, its float32 GGUF holds the tiny GGUF's weights (norms: the folder's float16
     values), the tokenizers agree with llama.cpp, and llama.cpp reproduces the oracle."""
@@ -190,3 +191,23 @@ def test_a_hugging_face_folder_converts_to_the_same_gguf(tmp_path: Path,
     again = convert(tiny_bundle / "text" / "tiny-mlx", tmp_path / "b",
                     parse_plan("gguf", [], name="tiny"), work_dir=tmp_path / "work", log=None)
     assert all(s["cached"] for s in again["stages"])  # keyed by the folder's content
+
+    # an interrupted run can be rerun into its own bundle (and resumes); a foreign one is not
+    import eliza_backends.convert.pipeline as pipeline
+
+    def interrupted(*_args: object, **_kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "write_manifest", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        convert(tiny_bundle / "text" / "tiny-mlx", tmp_path / "c",
+                parse_plan("gguf", [], name="tiny"), work_dir=tmp_path / "work", log=None)
+    monkeypatch.undo()
+    resumed = convert(tiny_bundle / "text" / "tiny-mlx", tmp_path / "c",
+                      parse_plan("gguf", [], name="tiny"), work_dir=tmp_path / "work", log=None)
+    assert all(s["cached"] for s in resumed["stages"])
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "mine.txt").write_text("not a bundle")
+    with pytest.raises(InvalidArgumentError, match="not a bundle this command made"):
+        convert(tiny_bundle / "text" / "tiny-mlx", tmp_path / "d",
+                parse_plan("gguf", [], name="tiny"), work_dir=tmp_path / "work", log=None)
