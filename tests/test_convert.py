@@ -211,3 +211,25 @@ def test_a_hugging_face_folder_converts_to_the_same_gguf(tmp_path: Path, tiny_bu
     with pytest.raises(InvalidArgumentError, match="not a bundle this command made"):
         convert(tiny_bundle / "text" / "tiny-mlx", tmp_path / "d",
                 parse_plan("gguf", [], name="tiny"), work_dir=tmp_path / "work", log=None)
+
+
+def test_sigterm_unwinds_a_running_convert(tmp_path: Path, tiny_bundle: Path) -> None:
+    """SIGTERM during a stage exits through Python's unwinding (status 143, not killed by the
+    signal), so subprocess.run kills a running exporter instead of leaving it orphaned."""
+    import signal
+
+    proc = subprocess.Popen([sys.executable, "-m", "eliza_backends", "bundle", "convert",
+                             str(tiny_bundle / "text" / "tiny-mlx"), str(tmp_path / "b"),
+                             "--formats", "gguf", "--work-dir", str(tmp_path / "work")],
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    try:
+        for line in proc.stderr:
+            if "hf: started" in line:
+                proc.send_signal(signal.SIGTERM)
+                break
+        assert proc.wait(timeout=120) == 128 + signal.SIGTERM
+    finally:
+        proc.kill()
+        proc.wait()
+    assert json.loads((tmp_path / "b" / "convert.json").read_text()) == {"status": "in progress"}

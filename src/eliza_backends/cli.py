@@ -508,7 +508,19 @@ def cmd_bundle_convert(args: argparse.Namespace) -> int:
     plan = parse_plan(args.formats, args.precision or (), prefill_lengths=lengths,
                       cache_length=args.cache_length, verify=args.verify, name=args.name,
                       threads=args.threads, litert_tokenizer=args.litert_tokenizer)
-    report = convert(args.src, args.out, plan, work_dir=args.work_dir)
+    import signal
+
+    def terminated(signum: int, _frame: object) -> None:
+        # SIGTERM unwinds like Ctrl-C, so a running exporter subprocess is killed with us
+        # (subprocess.run kills its child on any exception) instead of writing on, orphaned,
+        # into a stage directory that the next run recreates
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        report = convert(args.src, args.out, plan, work_dir=args.work_dir)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     for art in report["artifacts"]:
         print(f"{art['format']:7} {art['precision']:7} {art['bytes'] / 1e6:9.1f} MB "
               f"{art['seconds']:7.1f} s  {', '.join(art['paths'])}")
