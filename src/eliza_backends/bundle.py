@@ -66,6 +66,28 @@ FORMATS: dict[str, ArtifactFormat] = {
 }
 
 
+#: Tokenizer files that may sit beside a LiteRT model in ``text/`` (its runtime has no
+#: tokenizer of its own): ``<stem>.tokenizer.json`` / ``<stem>.tokenizer.model`` belong to the
+#: artifact with that stem, ``tokenizer.json`` / ``tokenizer.model`` to all of them.
+SIDECAR_SUFFIXES = (".tokenizer.json", ".tokenizer.model")
+SHARED_SIDECARS = ("tokenizer.json", "tokenizer.model")
+SIDECAR_FORMAT = "tokenizer"
+
+
+def is_sidecar(path: Path) -> bool:
+    """True for a tokenizer file that :func:`scan_artifacts` lists beside model artifacts."""
+    return path.is_file() and (path.name in SHARED_SIDECARS
+                               or path.name.endswith(SIDECAR_SUFFIXES))
+
+
+def sidecars_of(artifact: Path) -> list[Path]:
+    """The ``<stem>.tokenizer.*`` files beside a ``.tflite`` / ``.litertlm`` artifact."""
+    if artifact.suffix.lower() not in (".tflite", ".litertlm"):
+        return []
+    return [p for suffix in SIDECAR_SUFFIXES
+            if (p := artifact.with_name(artifact.stem + suffix)).is_file()]
+
+
 def artifact_format(path: Path) -> str | None:
     """The format name of one entry of ``text/``, or None if it is not a model artifact.
 
@@ -235,7 +257,10 @@ def _ensure_inside(root: Path, path: Path) -> Path:
 
 
 def scan_artifacts(bundle_dir: str | os.PathLike[str]) -> list[ArtifactRecord]:
-    """Describe every model artifact under ``text/`` and ``text/draft/`` (hashes every file)."""
+    """Describe every model artifact under ``text/`` and ``text/draft/`` (hashes every file).
+
+    A LiteRT artifact's own sidecar tokenizer (``<stem>.tokenizer.json``) is listed among its
+    files; any other tokenizer sidecar gets a record of format ``"tokenizer"`` (no backend)."""
     root = Path(bundle_dir)
     if not (root / TEXT_DIR).is_dir():
         raise BundleError(f"{root} has no {TEXT_DIR}/ directory; put the model artifacts there")
@@ -243,16 +268,27 @@ def scan_artifacts(bundle_dir: str | os.PathLike[str]) -> list[ArtifactRecord]:
     for role, base in (("model", root / TEXT_DIR), ("draft", root / TEXT_DIR / DRAFT_DIR)):
         if not base.is_dir():
             continue
-        for entry in sorted(base.iterdir()):
+        entries = sorted(base.iterdir())
+        claimed = {side for entry in entries if artifact_format(entry)
+                   for side in sidecars_of(entry)}
+        for entry in entries:
             fmt = artifact_format(entry)
             if fmt is None:
+                if is_sidecar(entry) and entry not in claimed:
+                    records.append(ArtifactRecord(
+                        path=entry.relative_to(root).as_posix(), format=SIDECAR_FORMAT,
+                        backend=None, role=role,  # type: ignore[arg-type]
+                        files=tuple(_artifact_files(root, entry))))
                 continue
+            files = _artifact_files(root, entry)
+            for side in sidecars_of(entry):
+                files += _artifact_files(root, side)
             records.append(ArtifactRecord(
                 path=entry.relative_to(root).as_posix(), format=fmt,
                 backend=FORMATS[fmt].backend, role=role,  # type: ignore[arg-type]
-                files=tuple(_artifact_files(root, entry)),
+                files=tuple(files),
             ))
-    if not any(r.role == "model" for r in records):
+    if not any(r.role == "model" and r.format != SIDECAR_FORMAT for r in records):
         known = ", ".join(f.description for f in FORMATS.values())
         raise BundleError(f"{root / TEXT_DIR} holds no model artifact; expected one of: {known}")
     return records
@@ -291,14 +327,16 @@ def create_bundle(
         for src in map(Path, sources):
             if not src.exists():
                 raise BundleError(f"artifact {src} does not exist")
-            if artifact_format(src) is None:
+            if artifact_format(src) is None and not is_sidecar(src):
                 known = ", ".join(f.description for f in FORMATS.values())
-                raise BundleError(f"{src} is not a model artifact this library knows ({known})")
+                raise BundleError(f"{src} is not a model artifact this library knows ({known}) "
+                                  "nor a tokenizer sidecar (tokenizer.json, tokenizer.model, "
+                                  "<stem>.tokenizer.json, <stem>.tokenizer.model)")
             target = target_dir / src.name
             if target.exists():
                 raise BundleError(f"{target} already exists; remove it or choose another dest")
             plan.append((src, target))
-    if not artifacts:
+    if not any(artifact_format(Path(a)) for a in artifacts):
         raise BundleError("a bundle needs at least one model artifact")
     for src, target in plan:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -435,10 +473,12 @@ __all__ = [
     "create_bundle",
     "find_artifacts",
     "is_bundle_dir",
+    "is_sidecar",
     "load_manifest",
     "not_a_bundle",
     "scan_artifacts",
     "sha256_file",
+    "sidecars_of",
     "verify_bundle",
     "write_manifest",
 ]

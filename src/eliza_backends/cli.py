@@ -12,6 +12,9 @@
     eliza-backends bundle create OUT ARTIFACT... [--draft ARTIFACT] [--name NAME] [--link]
                                  [--json]
     eliza-backends bundle verify BUNDLE [--no-hash] [--json]
+    eliza-backends bundle convert SRC OUT [--formats gguf,mlx,litert,coreml]
+                         [--precision FORMAT=P,...]... [--prefill-lengths N,...]
+                         [--cache-length N] [--verify] [--work-dir DIR]
 
 BUNDLE is a bundle folder, or a single model artifact (a .gguf / .litertlm / .tflite file, an
 MLX folder), taken as an implicit one-artifact bundle.
@@ -463,16 +466,66 @@ def cmd_bundle_create(args: argparse.Namespace) -> int:
 
 
 def cmd_bundle_verify(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from .bundle import verify_bundle
 
     manifest = verify_bundle(args.bundle, hashes=not args.no_hash)
     n = sum(len(a.files) for a in manifest.artifacts)
+    parity_path = Path(args.bundle) / "parity.json"
+    parity: dict[str, Any] | None = None
+    if parity_path.is_file():
+        try:
+            parity = json.loads(parity_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            print(f"error: {parity_path} is unreadable: {exc}", file=sys.stderr)
+            return EXIT_ERROR
     if args.json:
         print(json.dumps({"bundle": args.bundle, "ok": True, "hashes": not args.no_hash,
-                          "artifacts": len(manifest.artifacts), "files": n}, indent=2))
-    else:
-        print(f"{args.bundle}: {len(manifest.artifacts)} artifacts, {n} files match the "
-              "manifest")
+                          "artifacts": len(manifest.artifacts), "files": n,
+                          **({"parity": parity} if parity is not None else {})}, indent=2))
+        return EXIT_OK
+    print(f"{args.bundle}: {len(manifest.artifacts)} artifacts, {n} files match the manifest")
+    if parity is not None:
+        from .convert.verify import format_parity
+
+        print(f"parity.json (greedy / teacher-forced agreement with the reference, "
+              f"{parity.get('n_tokens')} tokens per prompt, {len(parity.get('prompts', []))} "
+              "prompts):")
+        print(format_parity(parity))
+    return EXIT_OK
+
+
+def cmd_bundle_convert(args: argparse.Namespace) -> int:
+    from .convert.pipeline import convert, parse_plan
+
+    try:
+        lengths = tuple(int(n) for n in args.prefill_lengths.split(","))
+    except ValueError:
+        print(f"error: --prefill-lengths takes N,N,... (got {args.prefill_lengths!r})",
+              file=sys.stderr)
+        return EXIT_USAGE
+    plan = parse_plan(args.formats, args.precision or (), prefill_lengths=lengths,
+                      cache_length=args.cache_length, verify=args.verify, name=args.name,
+                      threads=args.threads, litert_tokenizer=args.litert_tokenizer)
+    import signal
+
+    def terminated(signum: int, _frame: object) -> None:
+        # SIGTERM unwinds like Ctrl-C, so a running exporter subprocess is killed with us
+        # (subprocess.run kills its child on any exception) instead of writing on, orphaned,
+        # into a stage directory that the next run recreates
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        report = convert(args.src, args.out, plan, work_dir=args.work_dir)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    for art in report["artifacts"]:
+        print(f"{art['format']:7} {art['precision']:7} {art['bytes'] / 1e6:9.1f} MB "
+              f"{art['seconds']:7.1f} s  {', '.join(art['paths'])}")
+    print(f"wrote {args.out}/manifest.json and convert.json"
+          + (", parity.json" if args.verify else ""), file=sys.stderr)
     return EXIT_OK
 
 
@@ -676,6 +729,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-hash", action="store_true", help="check sizes only")
     _json_flag(p)
     p.set_defaults(func=cmd_bundle_verify)
+    p = bsub.add_parser("convert", help="convert a GGUF or a Hugging Face checkpoint folder "
+                        "into a bundle in every format (needs the converter tools: pip install "
+                        "'eliza-backends[convert]')")
+    p.add_argument("src", help="a .gguf file or a Hugging Face checkpoint folder (config.json, "
+                   "safetensors, tokenizer files)")
+    p.add_argument("out", help="the bundle directory to write")
+    p.add_argument("--formats", help="comma-separated: gguf, mlx, litert, coreml (default: "
+                   "every format whose tools are installed)")
+    p.add_argument("--precision", action="append", metavar="FORMAT=P[,P]",
+                   help="precisions per format (repeatable): gguf f32/f16/bf16/q8_0/q4_0/q4_k, "
+                   "mlx f32/f16/bf16/q8/q4, litert fp32/int8, coreml fp32/fp16; default f32/fp32")
+    p.add_argument("--prefill-lengths", default="128", help="LiteRT prefill signatures")
+    p.add_argument("--cache-length", type=int, default=1024, help="LiteRT KV cache length")
+    p.add_argument("--litert-tokenizer", choices=["auto", "hf", "sp"], default="auto",
+                   help="the .litertlm tokenizer section (auto: SentencePiece for "
+                   "SentencePiece vocabularies, else tokenizer.json)")
+    p.add_argument("--verify", action="store_true", help="score every artifact against a "
+                   "transformers float32 reference; writes parity.json")
+    p.add_argument("--name", help="bundle and file name stem (default: from the source)")
+    p.add_argument("--threads", type=int)
+    p.add_argument("--work-dir", help="where cached stages live (default: "
+                   "$ELIZA_CACHE_DIR/convert or ~/.cache/eliza-backends/convert)")
+    p.set_defaults(func=cmd_bundle_convert)
     return parser
 
 

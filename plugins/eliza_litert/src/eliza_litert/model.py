@@ -21,9 +21,9 @@ import numpy as np
 from ai_edge_litert.interpreter import Interpreter  # type: ignore[import-untyped]
 
 from eliza_backends import BundleError, InferenceContext, ModelInfo
-from eliza_backends.hf_tokenizer import HFTokenizer, find_hf_tokenizer, tokenizer_facts
+from eliza_backends.tokenizer import Tokenizer, find_tokenizer, load_tokenizer, tokenizer_facts
 
-from .container import Container, LlmMetadata, check_tflite, read_container
+from .container import Container, LlmMetadata, check_tflite, container_tokenizer, read_container
 from .model_files import ModelFiles, model_files
 
 RUNTIME = f"ai-edge-litert {importlib.metadata.version('ai-edge-litert')}"
@@ -40,34 +40,38 @@ class LoadedModel:
     decode: Any
     cache_specs: dict[str, tuple[tuple[int, ...], Any]]
     cache_len: int
-    tokenizer: HFTokenizer
+    tokenizer: Tokenizer
     info: ModelInfo
     masks: Any  # [cache_len, cache_len] float32 causal rows
     files: ModelFiles  # the mapped model file and XNNPACK's weight cache (owned)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def _find_tokenizer(path: Path, container_json: str | None) -> tuple[HFTokenizer, Path | None]:
-    """The tokenizer and the folder of its Hugging Face files (None when embedded)."""
-    if container_json is not None:
-        return HFTokenizer(container_json), None
+def _find_tokenizer(path: Path, container: Container | None) -> tuple[Tokenizer, Path | None]:
+    """The tokenizer and the folder of its Hugging Face files (None when embedded): the
+    container's own HF or SentencePiece section, else (for a bare ``.tflite``) the sibling
+    ``.litertlm``'s, else the bundle's tokenizer file
+    (:func:`~eliza_backends.tokenizer.find_tokenizer`)."""
+    if container is not None and (tok := container_tokenizer(container)) is not None:
+        return tok, None
     sibling = path.parent / f"{path.stem}.litertlm"
     if path.suffix == ".tflite" and sibling.is_file():
-        found = read_container(sibling).hf_tokenizer_json()
+        found = container_tokenizer(read_container(sibling))
         if found is not None:
-            return HFTokenizer(found), None
-    file = find_hf_tokenizer(path)
+            return found, None
+    file = find_tokenizer(path)
     if file is not None:
-        return HFTokenizer.from_file(file), file.parent
-    raise BundleError(f"no tokenizer for {path}: the .litertlm has no HF_Tokenizer_Zlib section "
-                      f"and neither {path.stem}.litertlm, {path.stem}.tokenizer.json, "
-                      "tokenizer.json nor a folder with one is beside it in text/")
+        return load_tokenizer(file), file.parent
+    raise BundleError(f"no tokenizer for {path}: it has no HF_Tokenizer_Zlib or SP_Tokenizer "
+                      f"section and neither {path.stem}.litertlm nor a tokenizer file "
+                      f"({path.stem}.tokenizer.json, tokenizer.json, {path.stem}.tokenizer."
+                      "model, tokenizer.model, or a folder with one) is beside it in text/")
 
 
-def _model_info(path: Path, tok: HFTokenizer, folder: Path | None, meta: LlmMetadata,
+def _model_info(path: Path, tok: Tokenizer, folder: Path | None, meta: LlmMetadata,
                 vocab: int) -> ModelInfo:
     """The container's start/stop tokens and template win; a bare .tflite takes the
-    tokenizer's own facts (:func:`~eliza_backends.hf_tokenizer.tokenizer_facts`)."""
+    tokenizer's own facts (:func:`~eliza_backends.tokenizer.tokenizer_facts`)."""
     facts = tokenizer_facts(tok, folder, vocab)
     bos: int | None = meta.start_token_ids[0] if meta.start_token_ids else None
     if bos is None and meta.start_token_str:
@@ -136,24 +140,14 @@ def load_model(path: Path, threads: int, runtime: str = "interpreter",
     copy and the weight cache go (:func:`~eliza_litert.model_files.model_files`); the
     returned model owns what it makes there when it is None (:func:`close_model` frees it)."""
     meta = LlmMetadata()
-    container_json: str | None = None
     container: Container | None = None
     if path.suffix.lower() == ".litertlm":
         container = read_container(path)
         container.check_tflite_section()
-        container_json = container.hf_tokenizer_json()
         meta = container.llm_metadata()
     else:
         check_tflite(path)
-    try:
-        tok, folder = _find_tokenizer(path, container_json)
-    except BundleError:
-        if container is not None and container.find("SP_Tokenizer") is not None:
-            raise BundleError(f"{path} carries a SentencePiece tokenizer; this backend reads "
-                              "HF tokenizer.json (HF_Tokenizer_Zlib) only: put a tokenizer.json "
-                              "beside it or rebuild the container with the HF tokenizer") \
-                from None
-        raise
+    tok, folder = _find_tokenizer(path, container)
     files = model_files(path, container, cache_dir)
     try:
         return _build(path, files, tok, folder, meta, runtime, threads, accelerator)
@@ -162,7 +156,7 @@ def load_model(path: Path, threads: int, runtime: str = "interpreter",
         raise
 
 
-def _build(path: Path, files: ModelFiles, tok: HFTokenizer, folder: Path | None,
+def _build(path: Path, files: ModelFiles, tok: Tokenizer, folder: Path | None,
            meta: LlmMetadata, runtime: str, threads: int, accelerator: str) -> LoadedModel:
     """The runtime on ``files`` and the facts the session needs (the rest of load_model)."""
     try:
