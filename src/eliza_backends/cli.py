@@ -748,7 +748,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verify", action="store_true", help="score every artifact against a "
                    "transformers float32 reference; writes parity.json")
     p.add_argument("--name", help="bundle and file name stem (default: from the source)")
-    p.add_argument("--threads", type=int)
+    p.add_argument("--threads", type=int, help="compute threads for quantizing and verifying "
+                   "(default: the backends' choice)")
     p.add_argument("--work-dir", help="where cached stages live (default: "
                    "$ELIZA_CACHE_DIR/convert or ~/.cache/eliza-backends/convert)")
     p.set_defaults(func=cmd_bundle_convert)
