@@ -1,6 +1,8 @@
 """llama.cpp through the seam vs llama-cpp-python used directly, side by side in one run.
 
-    python benchmarks/bench_llamacpp.py [--models tiny,q4_0,q8_0] [--repeat 3] [--gen 128] [--json]
+    python benchmarks/bench_llamacpp.py [--models tiny,q4_0,q8_0,PATH.gguf] [--repeat 3] [--gen 128]
+                                        [--contenders seam,seam8,minimal,highlevel,llama-bench]
+                                        [--json]
 
 Contenders, each run in a fresh process (so peak RSS and load time are its own), interleaved
 with rotation (A B C, B C A, ...: ``benchmarks/harness.py``) so that machine noise hits all of
@@ -9,14 +11,20 @@ them alike:
 - ``seam``: ``eliza_backends.open_stream(..., backend="llama.cpp")``, prefill + ``next()``;
 - ``minimal``: a minimal ctypes loop on llama-cpp-python's low-level API (batch, decode, greedy
   sampler) — the floor any wrapper pays;
-- ``highlevel``: ``Llama.create_completion(stream=True)``.
+- ``highlevel``: ``Llama.create_completion(stream=True)``;
+- ``seam8``: the seam with multi-token steps (``next(8)``: one call, eight tokens);
+- ``llama-bench``: llama.cpp's own ``llama-bench`` (built from the pinned sdist's vendored
+  llama.cpp by ``benchmarks/build_llama_bench.sh``; skipped when not built), ``pp<prompt>`` for
+  prefill and ``tg<gen>`` at depth ``<prompt>`` for decode (the positions the others decode at),
+  ``--repack`` matching the seam's extra-buffer setting on this host.
 
 Each worker loads, warms up on 8 tokens (first-call costs are the same for all and are not
 time to first token), resets, then measures. Reported per contender: load time, time to first
 token (from the start of prefill), prefill
 and decode tokens/s (median, min-max), peak RSS, and the decode rate per position bucket (flat
 is good); ratios are against ``minimal``. Models: the tiny bundle's GGUF and a random-weight
-~0.85 B llama (Q4_0 / Q8_0) made by ``tools/make_random_gguf.py`` into ``.bench-cache/``.
+~0.85 B llama (Q4_0 / Q8_0) made by ``tools/make_random_gguf.py`` into ``.bench-cache/``, or
+any GGUF path (the real models: ``benchmarks/real_models.py`` finds them).
 """
 
 from __future__ import annotations
@@ -24,8 +32,10 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import resource
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -34,7 +44,8 @@ from typing import Any
 from harness import ROOT, TINY, interleave, spawn, summarize
 
 CACHE = ROOT / ".bench-cache"
-CONTENDERS = ("seam", "minimal", "highlevel")
+CONTENDERS = ("seam", "seam8", "minimal", "highlevel", "llama-bench")
+LLAMA_BENCH = CACHE / "llama-bench-{version}" / "build" / "bin" / "llama-bench"
 PROMPT = ("The history of the lighthouse begins on a rocky coast where sailors needed a light "
           "to guide them home through storms and fog. ")
 
@@ -43,6 +54,14 @@ def model_bundle(name: str) -> Path:
     """A bundle directory for a model name: ``tiny`` or a random 0.85 B quantization."""
     if name == "tiny":
         return TINY
+    if name.endswith(".gguf"):  # a GGUF file: a one-file bundle around a link to it
+        gguf = Path(name).resolve()
+        bundle = CACHE / f"gguf-{gguf.stem}"
+        link = bundle / "text" / gguf.name
+        if not link.exists():
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(gguf)
+        return bundle
     sys.path.insert(0, str(ROOT / "tools"))
     from make_random_gguf import make
 
@@ -51,8 +70,21 @@ def model_bundle(name: str) -> Path:
     return bundle
 
 
+def model_label(name: str) -> str:
+    """The table's name for a model argument (a GGUF path: its file stem)."""
+    return Path(name).stem if name.endswith(".gguf") else name
+
+
 def _gguf(bundle: Path) -> Path:
     return sorted((bundle / "text").glob("*.gguf"))[0]
+
+
+def llama_bench_binary() -> Path | None:
+    """The llama-bench that ``benchmarks/build_llama_bench.sh`` built, if it did."""
+    import importlib.metadata
+
+    path = Path(str(LLAMA_BENCH).format(version=importlib.metadata.version("llama_cpp_python")))
+    return path if os.access(path, os.X_OK) else None
 
 
 def _extra_buffers() -> bool:
@@ -70,7 +102,10 @@ def _rss_mb() -> float:
 # ---------------------------------------------------------------------------- workers
 
 
-def run_seam(bundle: Path, n_prompt: int, n_gen: int, threads: int) -> dict[str, Any]:
+def run_seam(bundle: Path, n_prompt: int, n_gen: int, threads: int, step: int = 1
+             ) -> dict[str, Any]:
+    """The seam, ``step`` tokens per ``next()`` after the first (each token of a step is
+    stamped when the step returns)."""
     from eliza_backends import open_stream
 
     t0 = time.perf_counter()
@@ -86,10 +121,10 @@ def run_seam(bundle: Path, n_prompt: int, n_gen: int, threads: int) -> dict[str,
     stream.prefill(ids)
     t_prefill = time.perf_counter()
     session = stream.session
-    for _ in range(n_gen):
-        step = session.next(1)
-        stamps.append(time.perf_counter())
-        if step.final:
+    while len(stamps) < n_gen:
+        out = session.next(1 if not stamps else min(step, n_gen - len(stamps)))
+        stamps += [time.perf_counter()] * len(out.tokens)
+        if out.final:
             break
     stream.close()
     return _result(load, t_start, t_prefill, stamps, n_prompt)
@@ -185,6 +220,26 @@ def run_highlevel(bundle: Path, n_prompt: int, n_gen: int, threads: int) -> dict
     return _result(load, t_start, None, stamps, len(ids))
 
 
+def run_llama_bench(bundle: Path, n_prompt: int, n_gen: int, threads: int) -> dict[str, Any]:
+    """llama.cpp's own llama-bench: ``pp<n_prompt>`` (depth 0) and ``tg<n_gen>`` at depth
+    ``n_prompt``, one repetition each (the driver repeats), as one JSON result."""
+    binary = llama_bench_binary()
+    if binary is None:
+        raise SystemExit("llama-bench is not built: bash benchmarks/build_llama_bench.sh")
+    common = [str(binary), "-m", str(_gguf(bundle)), "-t", str(threads), "-r", "1",
+              "--repack", "1" if _extra_buffers() else "0", "-o", "json"]
+    tests = {"prefill_tps": ["-p", str(n_prompt), "-n", "0"],
+             "decode_tps": ["-p", "0", "-n", str(n_gen), "-d", str(n_prompt)]}
+    out: dict[str, Any] = {"load_s": None, "ttft_s": None, "prefill_s": None,
+                           "per_position_tps": {}}
+    for key, test in tests.items():
+        proc = subprocess.run([*common, *test], capture_output=True, text=True, check=True)
+        out[key] = json.loads(proc.stdout)[0]["avg_ts"]
+    out["prefill_s"] = n_prompt / out["prefill_tps"]
+    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return out
+
+
 def _result(load: float, t_start: float, t_prefill: float | None, stamps: list[float],
             n_prompt: int) -> dict[str, Any]:
     first = stamps[0]
@@ -206,41 +261,69 @@ def _result(load: float, t_start: float, t_prefill: float | None, stamps: list[f
     }
 
 
-WORKERS = {"seam": run_seam, "minimal": run_minimal, "highlevel": run_highlevel}
+WORKERS = {"seam": run_seam, "minimal": run_minimal, "highlevel": run_highlevel,
+           "seam8": lambda *a: run_seam(*a, step=8), "llama-bench": run_llama_bench}
 
 
 # ---------------------------------------------------------------------------- driver
 
 
+def available_contenders(wanted: tuple[str, ...] = CONTENDERS) -> tuple[str, ...]:
+    """``wanted`` less llama-bench when it is not built (said on stderr)."""
+    if "llama-bench" in wanted and llama_bench_binary() is None:
+        print("llama-bench not built (bash benchmarks/build_llama_bench.sh): left out",
+              file=sys.stderr)
+        return tuple(c for c in wanted if c != "llama-bench")
+    return wanted
+
+
 def bench(models: list[str], repeat: int, n_prompt: int, n_gen: int, threads: int,
           contenders: tuple[str, ...] = CONTENDERS) -> dict[str, Any]:
-    """Run every contender on every model, interleaved; return the summary."""
+    """Run every contender on every model, interleaved; return the summary. Ratios: decode
+    against ``minimal`` (``decode_ratio_vs_minimal``) and, when it ran, decode and prefill
+    against llama-bench (``*_ratio_vs_llama_bench``)."""
+    contenders = available_contenders(contenders)
     report: dict[str, Any] = {"threads": threads, "repeat": repeat, "prompt_tokens": n_prompt,
-                              "gen_tokens": n_gen, "models": {}}
+                              "gen_tokens": n_gen, "contenders": list(contenders), "models": {}}
     for name in models:
         bundle = model_bundle(name)
         args = ("--bundle", str(bundle), "--prompt-tokens", str(n_prompt), "--gen", str(n_gen),
                 "--threads", str(threads))
         runs = interleave(contenders, repeat,
                           lambda c, args=args: spawn(__file__, c, *args))
-        rows = {}
+        rows: dict[str, dict[str, Any]] = {}
         for c in contenders:
             rows[c] = {k: summarize(r.get(k) for r in runs[c]) for k in
                        ("load_s", "ttft_s", "prefill_s", "prefill_tps", "decode_tps",
                         "peak_rss_mb")}
+            rows[c]["samples"] = {k: [r.get(k) for r in runs[c]]
+                                  for k in ("prefill_tps", "decode_tps")}
             buckets = runs[c][0]["per_position_tps"].keys()
             rows[c]["per_position_tps"] = {  # median over the repeats, bucket by bucket
                 b: statistics.median(r["per_position_tps"][b] for r in runs[c]
                                      if b in r["per_position_tps"]) for b in buckets}
-        base = rows["minimal"]["decode_tps"]["median"] if "minimal" in rows else None
-        for c in contenders:
-            if base:
-                rows[c]["decode_ratio_vs_minimal"] = rows[c]["decode_tps"]["median"] / base
+        for ref, key in (("minimal", "decode_ratio_vs_minimal"),
+                         ("llama-bench", "decode_ratio_vs_llama_bench")):
+            base = rows[ref]["decode_tps"]["median"] if ref in rows else None
+            for c in contenders:
+                if base:
+                    rows[c][key] = rows[c]["decode_tps"]["median"] / base
+        if "llama-bench" in rows:
+            base = rows["llama-bench"]["prefill_tps"]["median"]
+            for c in contenders:
+                if rows[c]["prefill_tps"]:
+                    rows[c]["prefill_ratio_vs_llama_bench"] = \
+                        rows[c]["prefill_tps"]["median"] / base
         if "seam" in rows and rows["seam"]["prefill_s"]:
             rows["seam"]["ttft_minus_prefill_ms"] = 1000 * (
                 rows["seam"]["ttft_s"]["median"] - rows["seam"]["prefill_s"]["median"])
-        report["models"][name] = rows
+        report["models"][model_label(name)] = rows
     return report
+
+
+def _median(r: dict[str, Any], key: str, scale: float = 1.0) -> float:
+    s = r.get(key)
+    return s["median"] * scale if s else float("nan")
 
 
 def print_table(report: dict[str, Any]) -> None:
@@ -249,15 +332,18 @@ def print_table(report: dict[str, Any]) -> None:
           f"prompt={report['prompt_tokens']} gen={report['gen_tokens']}")
     for model, rows in report["models"].items():
         print(f"\n{model}")
-        print(f"  {'contender':<10} {'decode tok/s (min-max)':>26} {'ratio':>6} "
-              f"{'ttft ms':>8} {'prefill tok/s':>13} {'load s':>7} {'RSS MB':>7}")
+        print(f"  {'contender':<11} {'decode tok/s (min-max)':>26} {'/min':>6} {'/bench':>6} "
+              f"{'prefill tok/s':>13} {'/bench':>6} {'ttft ms':>8} {'load s':>7} "
+              f"{'RSS MB':>7}")
         for c, r in rows.items():
             d = r["decode_tps"]
-            pf = r["prefill_tps"]["median"] if r["prefill_tps"] else float("nan")
-            print(f"  {c:<10} {d['median']:>10.1f} ({d['min']:>6.1f}-{d['max']:>6.1f}) "
+            print(f"  {c:<11} {d['median']:>10.1f} ({d['min']:>6.1f}-{d['max']:>6.1f}) "
                   f"{r.get('decode_ratio_vs_minimal', float('nan')):>6.3f} "
-                  f"{1000 * r['ttft_s']['median']:>8.1f} {pf:>13.1f} "
-                  f"{r['load_s']['median']:>7.2f} {r['peak_rss_mb']['median']:>7.0f}")
+                  f"{r.get('decode_ratio_vs_llama_bench', float('nan')):>6.3f} "
+                  f"{_median(r, 'prefill_tps'):>13.1f} "
+                  f"{r.get('prefill_ratio_vs_llama_bench', float('nan')):>6.3f} "
+                  f"{_median(r, 'ttft_s', 1000):>8.1f} {_median(r, 'load_s'):>7.2f} "
+                  f"{_median(r, 'peak_rss_mb'):>7.0f}")
         seam = rows.get("seam", {})
         if "ttft_minus_prefill_ms" in seam:
             print(f"  seam: first token {seam['ttft_minus_prefill_ms']:.2f} ms after prefill")
@@ -273,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompt-tokens", type=int, default=128)
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--contenders", default=",".join(CONTENDERS))
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--worker", choices=CONTENDERS, help=argparse.SUPPRESS)
     ap.add_argument("--bundle", type=Path, help=argparse.SUPPRESS)
@@ -282,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result))
         return 0
     report = bench(args.models.split(","), args.repeat, args.prompt_tokens, args.gen,
-                   args.threads)
+                   args.threads, tuple(args.contenders.split(",")))
     if args.json:
         print(json.dumps(report, indent=2))
     else:

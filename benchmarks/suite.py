@@ -1,6 +1,7 @@
 """The side-by-side benchmark suite: every backend through the seam vs its runtime used directly.
 
-    python benchmarks/suite.py [--quick] [--out benchmarks/results]
+    python benchmarks/suite.py [--quick] [--real [--gguf A.gguf,B.gguf] [--converted BUNDLE]]
+                               [--out benchmarks/results]
 
 Runs, in one go, each per-backend script (each interleaves its contenders A B A B and reports
 medians and ratios) plus the machine's memory-read bandwidth, and writes to ``--out``:
@@ -9,8 +10,15 @@ medians and ratios) plus the machine's memory-read bandwidth, and writes to ``--
 - ``latest.md``: the tables (pasted into docs/benchmarks.md);
 - ``decode_by_position.png``: llama.cpp decode tok/s per position bucket, seam vs direct.
 
-The decode ceiling printed beside llama.cpp's figures is bandwidth / weight bytes: every decoded
-token reads every weight once, so no backend can beat it on this machine.
+The decode ceiling printed beside llama.cpp's figures is bandwidth / weight bytes (the GGUF's
+size, a slight over-count of what a token reads): every decoded token reads every weight once,
+so no backend can beat it on this machine.
+
+``--real`` adds the real models (``benchmarks/real_models.py`` finds them) to the llama.cpp table
+with llama-bench (when ``benchmarks/build_llama_bench.sh`` built it), ``llama_cpp.Llama`` and
+multi-token steps beside the seam, runs the draft policy on them
+(``benchmarks/bench_draft_policy.py``), and with ``--converted BUNDLE`` (a bundle that ``bundle
+convert`` made: f32 GGUF, ``.litertlm``, MLX) the memory table (``benchmarks/bench_memory.py``).
 """
 
 from __future__ import annotations
@@ -24,7 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness import HERE, ROOT, run_script
+from harness import HERE, ROOT, cell, run_script
+from real_models import HINT, real_ggufs
 
 
 def memory_read_bandwidth(threads: int = 2, mib: int = 512, repeat: int = 5) -> float:
@@ -104,20 +113,26 @@ def markdown(report: dict[str, Any]) -> str:
         lines += ["### llama.cpp: seam vs llama-cpp-python used directly", "",
                   f"{llama['threads']} threads, prompt {llama['prompt_tokens']} tokens, "
                   f"{llama['gen_tokens']} generated, {llama['repeat']} interleaved repeats.", "",
-                  "| model | contender | decode tok/s (min-max) | vs minimal | first token ms "
-                  "| load s | peak RSS MB | ceiling tok/s |", "|---|---|---|---|---|---|---|---|"]
+                  "| model | contender | decode tok/s (min-max) | vs minimal | vs llama-bench "
+                  "| prefill tok/s (min-max) | vs llama-bench | first token ms | load s "
+                  "| peak RSS MB | ceiling tok/s |", "|---" * 11 + "|"]
+
+        def ratio(r: dict[str, Any], key: str) -> str:
+            return f"{r[key]:.3f}" if key in r else "-"
+
         for model, rows in llama["models"].items():
             ceiling = report.get("ceilings", {}).get(model)
             for c, r in rows.items():
-                d = r["decode_tps"]
                 lines.append(
-                    f"| {model} | {c} | {d['median']:.1f} ({d['min']:.1f}-{d['max']:.1f}) | "
-                    f"{r.get('decode_ratio_vs_minimal', float('nan')):.3f} | "
-                    f"{1000 * r['ttft_s']['median']:.1f} | {r['load_s']['median']:.2f} | "
-                    f"{r['peak_rss_mb']['median']:.0f} | "
+                    f"| {model} | {c} | {cell(r['decode_tps'])} | "
+                    f"{ratio(r, 'decode_ratio_vs_minimal')} | "
+                    f"{ratio(r, 'decode_ratio_vs_llama_bench')} | {cell(r['prefill_tps'])} | "
+                    f"{ratio(r, 'prefill_ratio_vs_llama_bench')} | "
+                    f"{cell(r['ttft_s'], 1000)} | {cell(r['load_s'], fmt='.2f')} | "
+                    f"{cell(r['peak_rss_mb'], fmt='.0f')} | "
                     f"{f'{ceiling:.0f}' if ceiling else '-'} |")
         lines.append("")
-    for key in ("litert", "mlx", "speculative"):
+    for key in ("litert", "mlx", "speculative", "draft-policy", "memory"):
         data = report.get(key)
         if data is None:
             continue
@@ -133,16 +148,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer repeats and tokens")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--skip", default="", help="comma list of: llama.cpp,litert,mlx,speculative")
+    ap.add_argument("--real", action="store_true", help="add the real models")
+    ap.add_argument("--gguf", default="", help="comma list of real GGUFs (with --real)")
+    ap.add_argument("--converted", type=Path, help="a converted bundle for the memory table")
     args = ap.parse_args(argv)
+    real = real_ggufs(list(filter(None, args.gguf.split(",")))) if args.real else []
+    if args.real and not real:
+        raise SystemExit(HINT)
     skip = set(filter(None, args.skip.split(",")))
     reps = "2" if args.quick else "3"
     report: dict[str, Any] = {"machine": machine(),
                               "bandwidth_gbs": memory_read_bandwidth(threads=2)}
     if "llama.cpp" not in skip:
+        models = ",".join(["tiny", "q4_0", "q8_0", *map(str, real)])
         report["llama.cpp"] = run_script(
-            "bench_llamacpp.py", "--models", "tiny,q4_0,q8_0", "--repeat", reps,
+            "bench_llamacpp.py", "--models", models, "--repeat", reps,
             "--gen", "64" if args.quick else "128", "--threads", str(args.threads))
-        sizes = {}
+        sizes = {p.stem: p.stat().st_size for p in real}
         for model in ("q4_0", "q8_0"):
             gguf = sorted((ROOT / ".bench-cache" / f"random-0.85b-{model}" / "text")
                           .glob("*.gguf"))
@@ -158,6 +180,13 @@ def main(argv: list[str] | None = None) -> int:
         report["speculative"] = run_script("bench_speculative.py", "--repeat", reps,
                                            "--threads", str(args.threads), "--gen",
                                            "64" if args.quick else "128")
+    if real and "draft-policy" not in skip:
+        report["draft-policy"] = run_script(
+            "bench_draft_policy.py", "--models", ",".join(map(str, real)), "--repeat", reps,
+            "--threads", str(args.threads), "--gen", "64")
+    if args.converted is not None and "memory" not in skip:
+        report["memory"] = run_script("bench_memory.py", "--bundle", str(args.converted),
+                                      "--repeat", reps, "--threads", str(args.threads))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "latest.json").write_text(json.dumps(report, indent=2))
     md = markdown(report)

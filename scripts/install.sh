@@ -12,7 +12,8 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
-args=(-e ".[dev,server]")
+# the dev tools are a PEP 735 dependency group (pip >= 25.1, upgraded above), not an extra
+args=(--group dev -e ".[server,structured,ray]")
 for plugin in plugins/*/; do
   args+=(-e "$plugin")
 done

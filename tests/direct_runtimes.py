@@ -16,9 +16,11 @@ import os
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "clear_caches",
+    "direct_llama",
     "litertlm_generate_text",
     "litertlm_tokenize",
     "llamacpp_greedy",
@@ -29,6 +31,28 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- llama.cpp
+
+
+def direct_llama(**kwargs: Any) -> Any:
+    """``llama_cpp.Llama(**kwargs)`` with the plugin's extra-buffer choice for this host (on AMX
+    CPUs llama-cpp-python 0.3.36's AMX matmul segfaults on Q4 weights; ``Llama`` has no switch,
+    so its default model parameters are patched while it loads)."""
+    import llama_cpp
+    import llama_cpp.llama_cpp as low
+    from eliza_llamacpp.model import host_has_amx
+
+    original = low.llama_model_default_params
+
+    def params() -> Any:
+        p = original()
+        p.use_extra_bufts = not host_has_amx()
+        return p
+
+    low.llama_model_default_params = params
+    try:
+        return llama_cpp.Llama(**kwargs)
+    finally:
+        low.llama_model_default_params = original
 
 
 @lru_cache(maxsize=4)

@@ -12,7 +12,7 @@ import pytest
 from conftest import TINY_BUNDLE
 
 HEAVY = ("llama_cpp", "mlx", "mlx_lm", "litert_lm", "ai_edge_litert", "coremltools", "torch",
-         "tokenizers", "numpy")
+         "tokenizers", "numpy", "ray", "pyarrow")
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -179,7 +179,7 @@ def test_a_stream_with_other_sampling_settings_is_refused() -> None:
     ({"temperature": "hot"}, "temperature"),
     ({"bogus": 1}, "unknown field"),
     ({"stop": [""]}, "non-empty"),
-    ({"logprobs": True}, "logprobs are not supported yet"),
+    ({"top_logprobs": 3}, "top_logprobs needs logprobs"),
     ({"tools": [{"type": "function"}]}, "tools"),
     ({"frequency_penalty": 0.5}, "repeat_penalty"),
     ({"messages": [{"role": "robot", "content": "hi"}]}, "role"),

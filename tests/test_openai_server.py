@@ -163,6 +163,53 @@ def test_bad_requests_get_openai_errors(served: Any, body: dict[str, Any], statu
     assert needle in str(info.value)
 
 
+STRUCT_SCHEMA = {"type": "object", "properties": {"answer": {"enum": ["four", "five"]}},
+                 "required": ["answer"], "additionalProperties": False}
+ADD_TOOL = [{"type": "function", "function": {
+    "name": "add", "description": "Add two integers", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9},
+                                         "b": {"type": "integer", "minimum": 0, "maximum": 9}},
+        "required": ["a", "b"], "additionalProperties": False}}}]
+
+
+def test_structured_output_logprobs_and_tools_with_the_openai_client(served: Any) -> None:
+    pytest.importorskip("llguidance")
+    server, backend, args = served
+    c = client(server)
+    fmt = {"type": "json_schema", "json_schema": {"name": "answer", "schema": STRUCT_SCHEMA}}
+    if args:  # the engine session has no logits: refused, OpenAI-shaped
+        with pytest.raises(openai.BadRequestError) as info:
+            c.chat.completions.create(model="tiny", messages=MATH, max_tokens=16,
+                                      response_format=fmt)  # type: ignore[arg-type]
+        assert "logits" in info.value.message
+        return
+    reply = c.chat.completions.create(model="tiny", messages=MATH, max_tokens=32,
+                                      response_format=fmt,  # type: ignore[arg-type]
+                                      logprobs=True, top_logprobs=2)
+    local = chat_completion(TINY_BUNDLE, MATH, backend=backend, config=_local_config(args),
+                            max_tokens=32, response_format=fmt, logprobs=True, top_logprobs=2)
+    choice = reply.choices[0]
+    assert choice.message.content == local.choices[0].message.content
+    assert json.loads(choice.message.content or "")["answer"] in ("four", "five")
+    assert choice.logprobs is not None and choice.logprobs.content
+    assert [i.token for i in choice.logprobs.content] == \
+        [i.token for i in local.choices[0].logprobs.content]  # type: ignore[union-attr]
+    assert all(len(i.top_logprobs) == 2 for i in choice.logprobs.content)
+    tool_reply = c.chat.completions.create(model="tiny", messages=MATH, max_tokens=64,
+                                           tools=ADD_TOOL,  # type: ignore[arg-type]
+                                           tool_choice="required", parallel_tool_calls=False)
+    (call,) = tool_reply.choices[0].message.tool_calls or []
+    assert tool_reply.choices[0].finish_reason == "tool_calls"
+    assert call.function.name == "add"  # type: ignore[union-attr]
+    assert set(json.loads(call.function.arguments)) == {"a", "b"}  # type: ignore[union-attr]
+    streamed = list(c.chat.completions.create(
+        model="tiny", messages=MATH, max_tokens=64, tools=ADD_TOOL,  # type: ignore[arg-type]
+        tool_choice="required", parallel_tool_calls=False, stream=True))
+    calls = [tc for ch in streamed if ch.choices for tc in ch.choices[0].delta.tool_calls or []]
+    assert [tc.function.arguments for tc in calls] == \
+        [call.function.arguments]  # type: ignore[union-attr]
+
+
 def test_context_overflow_has_openai_code(served: Any) -> None:
     server, _, _ = served
     with pytest.raises(openai.BadRequestError) as info:

@@ -70,7 +70,8 @@ def test_drafters_keep_the_oracle(tiny: InferenceContext, backend: str, options:
     for case in CASES:
         n = len(case["continuation_ids"])
         with open_stream(tiny, backend=backend, options=options, threads=1, max_tokens=n,
-                         ignore_eos=True, drafter=drafter, draft_length=draft_length) as s:
+                         ignore_eos=True, drafter=drafter, draft_length=draft_length,
+                         draft_policy="fixed") as s:
             s.prefill(case["prompt_ids"])
             steps = list(s)
             assert [t for st in steps for t in st.tokens] == case["continuation_ids"], \

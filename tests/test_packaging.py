@@ -46,8 +46,9 @@ def test_wheels_install_and_register(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_every_distribution_carries_its_metadata(tmp_path: Path) -> None:
-    """LICENSE and py.typed in every wheel, the classifiers users filter on, and an sdist that
-    holds the package and its metadata only (no tests, docs, models or other distributions)."""
+    """LICENSE and py.typed in every wheel, the classifiers users filter on, no ``dev`` extra,
+    and an sdist that holds the package and its metadata only (no tests, docs, models or
+    other distributions)."""
     import tarfile
     import zipfile
 
@@ -67,6 +68,8 @@ def test_every_distribution_carries_its_metadata(tmp_path: Path) -> None:
                      "Classifier: Development Status :: 3 - Alpha",
                      "Classifier: Programming Language :: Python :: 3.11"):
             assert line in meta, (wheel.name, line)
+        # the dev tools are a dependency group, never an extra users are offered
+        assert "Provides-Extra: dev" not in meta and "Requires-Dist: pytest" not in meta, wheel.name
         with tarfile.open(sdist) as tf:
             members = [m.split("/", 1)[1] for m in tf.getnames() if "/" in m]
         stray = [m for m in members if not (m.startswith(f"src/{package}/") or m in {

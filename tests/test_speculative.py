@@ -79,7 +79,7 @@ def test_speculative_sampling_keeps_the_target_distribution(drafter: str) -> Non
             for seed in range(300):
                 with open_stream(ctx, backend="llama.cpp", threads=1, temperature=1.0,
                                  seed=seed, max_tokens=4, ignore_eos=True, drafter=kind,
-                                 draft_length=3) as s:
+                                 draft_length=3, draft_policy="fixed") as s:
                     s.prefill("Four score and seven years ago our fathers brought forth. "
                               "Four score and seven")
                     tokens = [t for st in s for t in st.tokens]

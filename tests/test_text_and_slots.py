@@ -7,7 +7,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eliza_backends import SlotError
@@ -84,6 +84,7 @@ def test_slot_identity_mismatch(tmp_path: Path, kw: dict, needle: str) -> None:
         read_slot(tmp_path / "s", **args)
 
 
+@settings(deadline=None)  # correctness, not speed: a loaded machine must not fail it
 @given(st.binary(max_size=300))
 def test_slot_reader_never_crashes_on_garbage(tmp_path_factory: pytest.TempPathFactory,
                                              blob: bytes) -> None:

@@ -9,7 +9,8 @@ context or a big vocabulary). The vocabulary is SentencePiece-style: ``<unk> <s>
 fixed seed; the output is gibberish but the compute is exactly that of a real model of the shape.
 F16 is written with the ``gguf`` package, Q8_0 / Q4_0 by ``llama_model_quantize`` from the F16.
 
-Needs ``gguf`` and ``numpy`` (the ``[dev]`` extra) and llama-cpp-python for quantized types.
+Needs ``gguf`` and ``numpy`` (the ``dev`` dependency group) and llama-cpp-python for quantized
+types.
 """
 
 from __future__ import annotations
@@ -23,7 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from gguf_writer import LAYER_TENSORS, GGUFVocab, LlamaHParams, write_llama_gguf
+
+from eliza_backends.convert.gguf_writer import (
+    LAYER_TENSORS,
+    GGUFHParams,
+    GGUFVocab,
+    write_gguf,
+)
 
 PRESETS = {
     "0.85b": dict(hidden=2048, layers=16, heads=16, kv_heads=4, ffn=5632, vocab=32000),
@@ -70,7 +77,7 @@ def _vocab(n: int) -> tuple[list[bytes], list[float], list[int]]:
 
 
 def write_f16(path: Path, shape: Shape, seed: int = 0) -> None:
-    """Write the F16 GGUF for ``shape`` with random weights (through ``gguf_writer``)."""
+    """Write the F16 GGUF for ``shape`` with random weights (the project's GGUF writer)."""
     rng = np.random.default_rng(seed)
     head_dim = shape.hidden // shape.heads
 
@@ -96,13 +103,13 @@ def write_f16(path: Path, shape: Shape, seed: int = 0) -> None:
                     w(*dims[part])
 
     tokens, scores, types = _vocab(shape.vocab)
-    hp = LlamaHParams(name=f"random-llama-{shape.n_params / 1e9:.2f}b", context_length=4096,
+    hp = GGUFHParams(name=f"random-llama-{shape.n_params / 1e9:.2f}b", context_length=4096,
                       hidden=shape.hidden, layers=shape.layers, ffn=shape.ffn,
                       heads=shape.heads, kv_heads=shape.kv_heads, head_dim=head_dim,
                       rms_eps=1e-5, vocab_size=shape.vocab)
     vocab = GGUFVocab(model="llama", pre="default", tokens=tokens, types=types, scores=scores,
                       bos=1, eos=2, unk=0, add_bos=True)
-    write_llama_gguf(path, hp, vocab, tensors())
+    write_gguf(path, hp, vocab, tensors())
 
 
 def quantize(src: Path, dst: Path, qtype: str, threads: int = 2) -> None:

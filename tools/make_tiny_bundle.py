@@ -462,34 +462,28 @@ def make_oracle(model, hf_tok, tok, allow_small_gaps: bool = False) -> dict:
 # ---------------------------------------------------------------------------
 # GGUF
 # ---------------------------------------------------------------------------
-def _permute_rope(w, n_head: int):
-    """HF q/k rows -> llama.cpp's rotary layout (as convert_hf_to_gguf.py does)."""
-    return (
-        w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
-        .swapaxes(1, 2)
-        .reshape(w.shape)
-    )
-
-
 def write_gguf(model, tok, path: Path, name: str):
-    """The trained model as an F16 GGUF (norms f32) through ``gguf_writer``."""
+    """The trained model as an F16 GGUF (norms f32) through the project's GGUF writer."""
     import gguf
     import numpy as np
-    from gguf_writer import LAYER_TENSORS, GGUFVocab, LlamaHParams, write_llama_gguf
+
+    from eliza_backends.convert import gguf_writer as gw
+    from eliza_backends.convert.hf_checkpoint import permute_rotary
 
     cfg = model.config
-    hp = LlamaHParams(name=name, context_length=cfg.max_position_embeddings,
-                      hidden=cfg.hidden_size, layers=cfg.num_hidden_layers,
-                      ffn=cfg.intermediate_size, heads=cfg.num_attention_heads,
-                      kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim,
-                      rms_eps=cfg.rms_norm_eps, vocab_size=cfg.vocab_size, rope_theta=ROPE_THETA)
+    hp = gw.GGUFHParams(name=name, context_length=cfg.max_position_embeddings,
+                        hidden=cfg.hidden_size, layers=cfg.num_hidden_layers,
+                        ffn=cfg.intermediate_size, heads=cfg.num_attention_heads,
+                        kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim,
+                        rms_eps=cfg.rms_norm_eps, vocab_size=cfg.vocab_size,
+                        rope_theta=ROPE_THETA)
     # tokenizer: gpt2 BPE, tokens in id order, merges from tokenizer.json
     tj = json.loads(tok.to_str())
     tokens = [None] * len(tj["model"]["vocab"])
     for s, i in tj["model"]["vocab"].items():
         tokens[i] = s
     assert all(t is not None for t in tokens)
-    vocab = GGUFVocab(
+    vocab = gw.GGUFVocab(
         model="gpt2", pre="gpt-2", tokens=tokens,
         types=[gguf.TokenType.CONTROL if t in SPECIAL_TOKENS else gguf.TokenType.NORMAL
                for t in tokens],
@@ -508,16 +502,16 @@ def write_gguf(model, tok, path: Path, name: str):
         yield "output_norm.weight", np.ascontiguousarray(sd["model.norm.weight"])
         yield "output.weight", np.ascontiguousarray(sd["lm_head.weight"].astype(np.float16))
         for i in range(cfg.num_hidden_layers):
-            for part in LAYER_TENSORS:
+            for part in gw.LAYER_TENSORS:
                 a = sd[f"model.layers.{i}.{hf[part]}.weight"]
                 if part in ("attn_q", "attn_k"):
                     heads = cfg.num_attention_heads if part == "attn_q" else \
                         cfg.num_key_value_heads
-                    a = _permute_rope(a, heads)
+                    a = permute_rotary(a, heads)
                 dtype = np.float32 if part.endswith("norm") else np.float16
                 yield f"blk.{i}.{part}.weight", np.ascontiguousarray(a.astype(dtype))
 
-    write_llama_gguf(path, hp, vocab, tensors(), file_type=gguf.LlamaFileType.MOSTLY_F16)
+    gw.write_gguf(path, hp, vocab, tensors(), file_type=gguf.LlamaFileType.MOSTLY_F16)
 
 
 # ---------------------------------------------------------------------------

@@ -36,13 +36,13 @@ if TYPE_CHECKING:
     from .bundle import BundleManifest, create_bundle, load_manifest, verify_bundle, write_manifest
     from .chat import RenderLimits, TemplateError, TemplateLimitError, render_chat
     from .completions import chat_completion, completion
-    from .config import StreamConfig
+    from .config import StreamConfig, StreamOverrides
     from .context import InferenceContext
     from .hookspecs import hookimpl
     from .model_info import ModelInfo
     from .registry import BackendInfo, Registry, list_backends, plugin_problems
     from .selector import SelectionReport, explain, select
-    from .stream import Stream, StreamMetrics, generate, generate_chat, open_stream
+    from .stream import Stream, StreamMetrics, aopen_stream, generate, generate_chat, open_stream
 
 # Everything but the errors is imported on first use (PEP 562), so ``import eliza_backends``
 # and the command line's ``--help`` cost a few milliseconds; the module named here is imported
@@ -63,9 +63,11 @@ _LAZY: dict[str, str] = {
     "Stream": "stream",
     "StreamConfig": "config",
     "StreamMetrics": "stream",
+    "StreamOverrides": "config",
     "RenderLimits": "chat",
     "TemplateError": "chat",
     "TemplateLimitError": "chat",
+    "aopen_stream": "stream",
     "chat_completion": "completions",
     "completion": "completions",
     "create_bundle": "bundle",
@@ -176,10 +178,12 @@ __all__ = [
     "Stream",
     "StreamConfig",
     "StreamMetrics",
+    "StreamOverrides",
     "TemplateError",
     "TemplateLimitError",
     "UnsupportedOperationError",
     "__version__",
+    "aopen_stream",
     "chat_completion",
     "completion",
     "create_bundle",

@@ -38,6 +38,8 @@ from pydantic import BaseModel, ValidationError
 
 from .bundle import artifact_format, find_artifacts
 from .config import StreamConfig, describe_validation_error
+from .constraint import model_vocabulary
+from .draft_policy import DraftPolicy
 from .errors import (
     BundleError,
     CancelledError,
@@ -50,6 +52,8 @@ from .errors import (
     UnsupportedOperationError,
 )
 from .interrupts import SigintDeferral
+from .logits import LogitsGuide, OutputSpec
+from .logprobs import TokenLogprob, TopLogprob
 from .model_info import ModelInfo
 from .slots import read_slot, write_slot
 from .speculative import Drafter, NgramDrafter, Verify, speculate
@@ -68,7 +72,9 @@ class Step:
     ``tokens``: the token ids generated in this step (up to the one that ended the stream).
     ``text``: their text, never splitting a UTF-8 character, never containing a stop string.
     ``drafted`` / ``accepted``: speculative tokens proposed / accepted in this step (0 without
-    a drafter). ``final``: the stream ended; ``finish_reason`` says why.
+    a drafter). ``final``: the stream ended; ``finish_reason`` says why. ``logprobs``: one
+    :class:`~eliza_backends.logprobs.TokenLogprob` per token when the turn asked for logprobs
+    (``StreamConfig.logprobs`` / ``top_logprobs``, or :meth:`Session.set_output`), else None.
     """
 
     tokens: tuple[int, ...]
@@ -77,6 +83,7 @@ class Step:
     accepted: int = 0
     final: bool = False
     finish_reason: FinishReason | None = None
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,9 +110,11 @@ class Capabilities:
     (False: it always falls back to a full reset). ``slots``: save/restore. ``cancel_prefill``:
     ``cancel()`` interrupts a running prefill (False: only between calls/chunks).
     ``drafters``: the drafter kinds ``StreamConfig.drafter`` may name. ``sampling``: honours
-    temperature/top-k/top-p/min-p/seed (False: greedy only). ``ignore_eos``: honours
-    ``config.ignore_eos`` (False: the runtime ends at its stop tokens itself, so opening with
-    ``ignore_eos=True`` raises :class:`UnsupportedOperationError`).
+    temperature/top-k/top-p/min-p/seed (False: greedy only). ``logits``: the backend runs the
+    core's logits hook (``Session._guide``) at every sampling point, so output constraints and
+    logprobs work (False: they are refused). ``ignore_eos``: honours ``config.ignore_eos``
+    (False: the runtime ends at its stop tokens itself, so opening with ``ignore_eos=True``
+    raises :class:`UnsupportedOperationError`).
     """
 
     token_input: bool = True
@@ -115,6 +124,7 @@ class Capabilities:
     sampling: bool = True
     ignore_eos: bool = True
     drafters: frozenset[str] = frozenset({"none"})
+    logits: bool = False
 
 
 @dataclass(frozen=True)
@@ -166,7 +176,7 @@ class Session(ABC):
       the ``capabilities`` property): a backend implements them and never calls them; the
       base class calls each with the consumer lock held, after validating the arguments;
     * **helpers** (``_raise_if_cancelled``, ``_cancel_requested``, ``_sequence``,
-      ``_drafter``, ``_stop_tokens``, ``_ends_generation``, ``_stream_ends_with``,
+      ``_drafter``, ``_guide``, ``_stop_tokens``, ``_ends_generation``, ``_stream_ends_with``,
       ``_speculate``): a backend
       calls them from inside its hooks and never overrides them (``@final``);
     * **internals** (double underscore, name-mangled): the base class's own state (history,
@@ -195,6 +205,8 @@ class Session(ABC):
         self.__vocab = info.vocab_size
         self.__n_ctx = config.context_size if context_size is None else context_size
         self.__drafter = drafter
+        self.__policy: DraftPolicy | None = None
+        self.__policy_made = False
         self.__history: list[int] = []
         self.__cancel = threading.Event()
         # why the session is cancelled, when it was not cancel(): an interrupted call that left
@@ -219,6 +231,9 @@ class Session(ABC):
         self.__finished = False
         self.__generated = 0
         self.__assembler = TextAssembler(config.stop)
+        spec = OutputSpec.from_config(config)
+        self.__output: OutputSpec | None = spec if spec.active else None
+        self.__guide: LogitsGuide | None = None  # this turn's, built at prefill
         # with a drafter, a default step is one speculative round (draft_length + 1 tokens)
         speculative = config.drafter != "none" and config.tokens_per_step == 1
         self.__default_step = config.draft_length + 1 if speculative else config.tokens_per_step
@@ -286,6 +301,16 @@ class Session(ABC):
     @abstractmethod
     def _reset(self) -> None:
         """Clear the KV cache and the sampler state."""
+
+    def _batch_cost(self, max_n: int) -> list[float] | None:
+        """Seconds of one forward pass over ``n`` tokens (all with logits), at index ``n - 1``
+        for ``n`` in ``1..max_n`` (fewer where the cache or batch has no room): the batch cost
+        curve the draft policy weighs drafts with (:mod:`eliza_backends.draft_policy`). Called
+        at most once per loaded model and draft length, from :meth:`_speculate`, when the
+        next forward pass starts from the pending tokens (the current logits are not needed);
+        it must leave the KV cache as it found it. None (the default): the backend cannot
+        measure it, and speculative rounds always draft ``draft_length``."""
+        return None
 
     def _truncate(self, n_keep: int) -> bool:
         """Keep the first ``n_keep`` positions of the KV cache (``n_keep < n_past``).
@@ -361,7 +386,9 @@ class Session(ABC):
                     f"{self.__n_ctx} context positions are used ({room} free); raise "
                     "context_size, or reset()/reset_keep() first")
             n = len(history)
+            guide = None if self.__output is None else self.__new_guide(self.__output)
             self.__ready = False
+            self.__guide = guide
             self._prefill(ids)
             history.extend(ids)
             if self.__deferral.interrupting:  # Ctrl-C after the last safe point: undone too
@@ -456,16 +483,40 @@ class Session(ABC):
             reason = "context"
         elif reason is None and out.finish is not None:
             reason = out.finish
+        logprobs = None if self.__guide is None else self.__logprobs(len(out.tokens), len(kept))
         if reason is None:
-            return Step(tuple(kept), "".join(texts), out.drafted, out.accepted)
+            return Step(tuple(kept), "".join(texts), out.drafted, out.accepted,
+                        logprobs=logprobs)
         if reason != "stop":
             texts.append(assembler.flush())
-        return self.__finish(tuple(kept), "".join(texts), out.drafted, out.accepted, reason)
+        return self.__finish(tuple(kept), "".join(texts), out.drafted, out.accepted, reason,
+                             logprobs)
 
     def __finish(self, tokens: tuple[int, ...], text: str, drafted: int, accepted: int,
-                 reason: FinishReason) -> Step:
+                 reason: FinishReason, logprobs: tuple[TokenLogprob, ...] | None = None) -> Step:
         self.__finished = True
-        return Step(tokens, text, drafted, accepted, final=True, finish_reason=reason)
+        return Step(tokens, text, drafted, accepted, final=True, finish_reason=reason,
+                    logprobs=logprobs)
+
+    def __logprobs(self, produced: int, kept: int) -> tuple[TokenLogprob, ...] | None:
+        assert self.__guide is not None
+        raw = self.__guide.take_logprobs(produced)
+        if raw is None:
+            return None
+        piece = self._token_bytes
+        return tuple(TokenLogprob(r.token, piece(r.token), r.logprob,
+                                  tuple(TopLogprob(t, piece(t), lp) for t, lp in r.top))
+                     for r in raw[:kept])
+
+    def __new_guide(self, spec: OutputSpec) -> LogitsGuide:
+        vocabulary = None
+        if spec.constraint is not None:
+            def control_id(text: str) -> int | None:
+                ids = self._tokenize(text, False, True)
+                return ids[0] if len(ids) == 1 else None
+
+            vocabulary = model_vocabulary(self.__info, self._token_bytes, control_id)
+        return LogitsGuide(spec, vocabulary)
 
     @final
     def cancel(self) -> None:
@@ -535,6 +586,28 @@ class Session(ABC):
         self.__finished = False
         self.__generated = 0
         self.__assembler = TextAssembler(self.config.stop)
+        self.__guide = None
+
+    @final
+    def set_output(self, spec: OutputSpec | None) -> None:
+        """What the tokens generated after each following prefill must satisfy and report (a
+        constraint, logprobs; see :class:`~eliza_backends.logits.OutputSpec`); None goes back
+        to the config's (``response_format`` / ``json_schema`` / ``regex`` / ``grammar``,
+        ``logprobs`` / ``top_logprobs``). It takes effect at the next prefill, and every
+        prefill starts the constraint afresh. Raises :class:`UnsupportedOperationError` when
+        the session cannot (``capabilities.logits`` False, or a drafter is on)."""
+        if spec is None:
+            spec = OutputSpec.from_config(self.config)
+        if not isinstance(spec, OutputSpec):
+            raise InvalidArgumentError(f"set_output() takes an OutputSpec or None, got "
+                                       f"{type(spec).__name__}")
+        if spec.active:
+            check_output_support(self.capabilities, self.config, spec, self.backend_name)
+        self.__begin("set_output", allow_cancelled=True)
+        try:
+            self.__output = spec if spec.active else None
+        finally:
+            self.__end()
 
     @final
     def save_slot(self, path: str | os.PathLike[str]) -> None:
@@ -695,6 +768,14 @@ class Session(ABC):
         """The session's drafter (None without one)."""
         return self.__drafter
 
+    @property
+    @final
+    def _guide(self) -> LogitsGuide | None:
+        """This turn's logits hook: call ``process(row)`` on the next-token logits before
+        sampling and ``accept(token)`` after (None: the turn asks for nothing; see
+        :mod:`eliza_backends.logits`). Only backends with ``capabilities.logits`` see one."""
+        return self.__guide
+
     @final
     def _ends_generation(self, token: int) -> bool:
         """True when ``token`` ends the stream: an end-of-generation id, and no ignore_eos."""
@@ -718,10 +799,35 @@ class Session(ABC):
         if drafter is None:
             raise UnsupportedOperationError("_speculate() needs a drafter")
         k = self.config.draft_length if draft_length is None else draft_length
+        if not self.__policy_made:
+            self.__policy_made = True
+            self.__policy = self.__make_policy(drafter, k)
         tokens, drafted, accepted = speculate(
             drafter, [*self.__history, *after], max_tokens - len(after), k, verify,
-            self._ends_generation, self._raise_if_cancelled)
+            self._ends_generation, self._raise_if_cancelled, self.__policy)
         return Decoded([*after, *tokens], drafted, accepted)
+
+    @property
+    @final
+    def draft_policy(self) -> DraftPolicy | None:
+        """The draft policy steering this session's speculative rounds (None: none yet, or
+        ``draft_policy="fixed"``, or a backend that cannot measure its verify cost)."""
+        return self.__policy
+
+    def __make_policy(self, drafter: Drafter, k: int) -> DraftPolicy | None:
+        """The policy for ``config.draft_policy="auto"``, on the batch cost curve measured once
+        per loaded model (cached on the inference context)."""
+        if self.config.draft_policy != "auto":
+            return None
+        key = ("batch-cost", self.backend_name, str(self.__info.artifact), self.config.threads,
+               k + 1)
+        if self.context is not None:
+            cost = self.context.shared(key, lambda: self._batch_cost(k + 1))
+        else:
+            cost = self._batch_cost(k + 1)
+        if not cost:
+            return None
+        return DraftPolicy(cost, k, cheap_drafter=isinstance(drafter, NgramDrafter))
 
     # ---------------------------------------------------------------- internals
 
@@ -823,6 +929,9 @@ class Session(ABC):
                 self.__refeed(n)
             else:
                 self.__rewind_cache(n)
+            if op == "next" and self.__guide is not None:  # the constraint saw the undone
+                raise UnsupportedOperationError(  # tokens and cannot be rewound with them
+                    "an output constraint cannot be rewound")
         except BaseException as err:
             self.__interrupt.clear()
             self.__sync_stop()
@@ -875,6 +984,22 @@ class Session(ABC):
         self.__stop.discard(None)
         if self.__cancel.is_set() or self.__interrupt.is_set():
             self.__stop.add(None)
+
+
+def check_output_support(caps: Capabilities, config: StreamConfig, spec: OutputSpec,
+                         backend: str) -> None:
+    """Refuse an output constraint or logprobs the session cannot honour (never a silent
+    unconstrained answer)."""
+    what = spec.constraint.kind if spec.constraint is not None else "logprobs"
+    if not caps.logits:
+        raise UnsupportedOperationError(
+            f"backend {backend} does not expose next-token logits (capabilities.logits is "
+            f"False), so it cannot apply {what}; choose another backend (llama.cpp, mlx, or "
+            "litert-lm with session='interpreter')")
+    if config.drafter != "none":
+        raise UnsupportedOperationError(
+            f"{what} with speculative decoding is not supported: use drafter='none' for "
+            "this stream")
 
 
 class Factory(ABC):
@@ -1019,4 +1144,4 @@ class Factory(ABC):
 
 
 __all__ = ["Availability", "Capabilities", "Decoded", "Factory", "FinishReason", "ModelInfo",
-           "Session", "Step"]
+           "Session", "Step", "check_output_support"]

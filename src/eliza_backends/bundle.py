@@ -12,6 +12,10 @@ A bundle is a directory::
 :func:`find_artifacts` is the probe a factory's ``can_serve`` uses: one directory listing, no
 file is opened. The manifest is checked by :func:`verify_bundle` (sizes and sha256) and written
 by :func:`write_manifest` / :func:`create_bundle`.
+
+A single artifact (a ``.gguf`` / ``.litertlm`` / ``.tflite`` file, an MLX folder, an
+``.mlpackage``) is accepted wherever a bundle is: :class:`ImplicitBundle` stages it as a
+one-artifact bundle of symbolic links in a temporary folder, without copying a byte.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -59,6 +64,28 @@ FORMATS: dict[str, ArtifactFormat] = {
         ArtifactFormat("mlmodelc", "mlx-coreml", "text/*.mlmodelc"),
     )
 }
+
+
+#: Tokenizer files that may sit beside a LiteRT model in ``text/`` (its runtime has no
+#: tokenizer of its own): ``<stem>.tokenizer.json`` / ``<stem>.tokenizer.model`` belong to the
+#: artifact with that stem, ``tokenizer.json`` / ``tokenizer.model`` to all of them.
+SIDECAR_SUFFIXES = (".tokenizer.json", ".tokenizer.model")
+SHARED_SIDECARS = ("tokenizer.json", "tokenizer.model")
+SIDECAR_FORMAT = "tokenizer"
+
+
+def is_sidecar(path: Path) -> bool:
+    """True for a tokenizer file that :func:`scan_artifacts` lists beside model artifacts."""
+    return path.is_file() and (path.name in SHARED_SIDECARS
+                               or path.name.endswith(SIDECAR_SUFFIXES))
+
+
+def sidecars_of(artifact: Path) -> list[Path]:
+    """The ``<stem>.tokenizer.*`` files beside a ``.tflite`` / ``.litertlm`` artifact."""
+    if artifact.suffix.lower() not in (".tflite", ".litertlm"):
+        return []
+    return [p for suffix in SIDECAR_SUFFIXES
+            if (p := artifact.with_name(artifact.stem + suffix)).is_file()]
 
 
 def artifact_format(path: Path) -> str | None:
@@ -232,7 +259,10 @@ def _ensure_inside(root: Path, path: Path) -> Path:
 
 
 def scan_artifacts(bundle_dir: str | os.PathLike[str]) -> list[ArtifactRecord]:
-    """Describe every model artifact under ``text/`` and ``text/draft/`` (hashes every file)."""
+    """Describe every model artifact under ``text/`` and ``text/draft/`` (hashes every file).
+
+    A LiteRT artifact's own sidecar tokenizer (``<stem>.tokenizer.json``) is listed among its
+    files; any other tokenizer sidecar gets a record of format ``"tokenizer"`` (no backend)."""
     root = Path(bundle_dir)
     if not (root / TEXT_DIR).is_dir():
         raise BundleError(f"{root} has no {TEXT_DIR}/ directory; put the model artifacts there")
@@ -240,16 +270,27 @@ def scan_artifacts(bundle_dir: str | os.PathLike[str]) -> list[ArtifactRecord]:
     for role, base in (("model", root / TEXT_DIR), ("draft", root / TEXT_DIR / DRAFT_DIR)):
         if not base.is_dir():
             continue
-        for entry in sorted(base.iterdir()):
+        entries = sorted(base.iterdir())
+        claimed = {side for entry in entries if artifact_format(entry)
+                   for side in sidecars_of(entry)}
+        for entry in entries:
             fmt = artifact_format(entry)
             if fmt is None:
+                if is_sidecar(entry) and entry not in claimed:
+                    records.append(ArtifactRecord(
+                        path=entry.relative_to(root).as_posix(), format=SIDECAR_FORMAT,
+                        backend=None, role=role,  # type: ignore[arg-type]
+                        files=tuple(_artifact_files(root, entry))))
                 continue
+            files = _artifact_files(root, entry)
+            for side in sidecars_of(entry):
+                files += _artifact_files(root, side)
             records.append(ArtifactRecord(
                 path=entry.relative_to(root).as_posix(), format=fmt,
                 backend=FORMATS[fmt].backend, role=role,  # type: ignore[arg-type]
-                files=tuple(_artifact_files(root, entry)),
+                files=tuple(files),
             ))
-    if not any(r.role == "model" for r in records):
+    if not any(r.role == "model" and r.format != SIDECAR_FORMAT for r in records):
         known = ", ".join(f.description for f in FORMATS.values())
         raise BundleError(f"{root / TEXT_DIR} holds no model artifact; expected one of: {known}")
     return records
@@ -273,9 +314,14 @@ def create_bundle(
     *,
     drafts: Sequence[str | os.PathLike[str]] = (),
     name: str | None = None,
+    link: bool = False,
 ) -> BundleManifest:
     """Lay out a bundle at ``dest``: copy artifacts into ``text/`` (drafts into ``text/draft/``)
-    and write the manifest. ``dest`` may exist but must not already hold those names."""
+    and write the manifest. ``dest`` may exist but must not already hold those names.
+
+    ``link=True`` hard-links every file instead of copying it (no extra disk space; the source
+    must be on the same filesystem as ``dest``). Hard links, not symbolic ones: the bundle stays
+    self-contained, and :func:`verify_bundle` notices if the shared file changes later."""
     root = Path(dest)
     plan: list[tuple[Path, Path]] = []
     for sources, target_dir in ((artifacts, root / TEXT_DIR),
@@ -283,22 +329,99 @@ def create_bundle(
         for src in map(Path, sources):
             if not src.exists():
                 raise BundleError(f"artifact {src} does not exist")
-            if artifact_format(src) is None:
+            if artifact_format(src) is None and not is_sidecar(src):
                 known = ", ".join(f.description for f in FORMATS.values())
-                raise BundleError(f"{src} is not a model artifact this library knows ({known})")
+                raise BundleError(f"{src} is not a model artifact this library knows ({known}) "
+                                  "nor a tokenizer sidecar (tokenizer.json, tokenizer.model, "
+                                  "<stem>.tokenizer.json, <stem>.tokenizer.model)")
             target = target_dir / src.name
             if target.exists():
                 raise BundleError(f"{target} already exists; remove it or choose another dest")
             plan.append((src, target))
-    if not artifacts:
+    if not any(artifact_format(Path(a)) for a in artifacts):
         raise BundleError("a bundle needs at least one model artifact")
     for src, target in plan:
         target.parent.mkdir(parents=True, exist_ok=True)
+        _place(src, target, link=link)
+    return write_manifest(root, name=name)
+
+
+def _place(src: Path, target: Path, *, link: bool) -> None:
+    """Copy (or hard-link) one artifact, a file or a folder, to ``target``."""
+    if not link:
         if src.is_dir():
             shutil.copytree(src, target)
         else:
             shutil.copy2(src, target)
-    return write_manifest(root, name=name)
+        return
+    try:
+        if src.is_dir():
+            shutil.copytree(src, target, copy_function=os.link)
+        else:
+            os.link(src, target)
+    except OSError as exc:
+        raise BundleError(f"cannot hard-link {src} into {target.parent} ({exc.strerror}): "
+                          "--link needs the bundle on the same filesystem as the model; "
+                          "choose a dest there, or copy (drop --link)",
+                          code=Status.ERR_IO) from None
+
+
+def is_bundle_dir(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a bundle folder (it holds ``text/``), as opposed to one artifact."""
+    return (Path(path) / TEXT_DIR).is_dir()
+
+
+#: Files beside a single artifact that belong to it (its tokenizer), staged with it.
+_SIDECARS = ("{stem}.tokenizer.json", "tokenizer.json", "tokenizer_config.json")
+
+
+class ImplicitBundle:
+    """One model artifact staged as a bundle: ``<tmp>/<stem>/text/<name>`` is a symbolic link
+    to the artifact (and to the tokenizer files beside it, see :data:`_SIDECARS`). Nothing is
+    copied and no manifest is written (there is nothing to verify against). :meth:`close`
+    removes the links, never the model. Use it as a context manager, or let
+    :class:`~eliza_backends.context.InferenceContext` own it.
+    """
+
+    def __init__(self, artifact: str | os.PathLike[str]) -> None:
+        source = Path(artifact).resolve()
+        if artifact_format(source) is None:
+            raise not_a_bundle(Path(artifact))
+        self.source: Path = source
+        self._tmp = Path(tempfile.mkdtemp(prefix="eliza-implicit-"))
+        self.root: Path = self._tmp / (source.stem or "model")
+        text = self.root / TEXT_DIR
+        text.mkdir(parents=True)
+        (text / source.name).symlink_to(source, target_is_directory=source.is_dir())
+        if source.is_file():
+            for pattern in _SIDECARS:
+                side = source.parent / pattern.format(stem=source.stem)
+                if side.is_file() and not (text / side.name).exists():
+                    (text / side.name).symlink_to(side)
+
+    def close(self) -> None:
+        """Remove the staging folder (links only). Idempotent."""
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def __enter__(self) -> ImplicitBundle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<ImplicitBundle {self.source} at {self.root}>"
+
+
+def not_a_bundle(path: Path) -> BundleError:
+    """The error for a path that is neither a bundle folder nor a model artifact."""
+    if not path.exists():
+        return BundleError(f"{path} does not exist; pass a model file (.gguf, .litertlm, "
+                           ".tflite), an MLX folder, or a bundle folder that holds text/")
+    known = ", ".join(f.description.removeprefix("text/") for f in FORMATS.values())
+    return BundleError(f"{path} is neither a bundle folder (one that holds text/) nor a model "
+                       f"artifact this library knows ({known}); make a bundle with "
+                       "`eliza-backends bundle create`")
 
 
 @dataclass(frozen=True)
@@ -347,12 +470,17 @@ __all__ = [
     "ArtifactRecord",
     "BundleManifest",
     "FileRecord",
+    "ImplicitBundle",
     "artifact_format",
     "create_bundle",
     "find_artifacts",
+    "is_bundle_dir",
+    "is_sidecar",
     "load_manifest",
+    "not_a_bundle",
     "scan_artifacts",
     "sha256_file",
+    "sidecars_of",
     "verify_bundle",
     "write_manifest",
 ]

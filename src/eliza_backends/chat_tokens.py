@@ -30,11 +30,15 @@ if TYPE_CHECKING:
 
 
 def chat_token_ids(session: Session, template: str, messages: Sequence[Mapping[str, Any]],
-                   *, add_generation_prompt: bool = True) -> list[int]:
+                   *, add_generation_prompt: bool = True,
+                   tools: Sequence[Mapping[str, Any]] | None = None) -> list[int]:
     """The token ids of ``messages`` rendered with ``template`` for ``session``'s model (no BOS
-    is added beyond what the template writes)."""
+    is added beyond what the template writes). ``tools``: passed to the template as
+    ``tools`` (OpenAI tool definitions) when given."""
     msgs = check_messages(messages)
-    tokens = session.template_tokens
+    tokens: dict[str, Any] = dict(session.template_tokens)
+    if tools is not None:
+        tokens["tools"] = list(tools)
     text = render_chat(template, msgs, add_generation_prompt=add_generation_prompt, **tokens)
     if not any(_spells_special(session, m["content"]) for m in msgs):
         return session.tokenize(text, add_special=False)

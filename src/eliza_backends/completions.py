@@ -14,6 +14,12 @@ what differs from what the session holds). They return the OpenAI response model
 every backend. The server (``eliza-backends serve``) runs the same :class:`Generation` and
 :class:`Responder` on its pooled sessions, so in-process and HTTP answers are identical.
 
+Structured output rides on the same path: ``response_format`` and ``tools`` become a
+:class:`~eliza_backends.constraint.Constraint` and ``logprobs`` / ``top_logprobs`` an
+:class:`~eliza_backends.logits.OutputSpec`, set on the session per request
+(``Session.set_output``) before its prefill, so one pooled session serves any of them;
+tool-call replies are parsed back by :func:`eliza_backends.tools.parse_reply`.
+
 Who does what: the session settings that a runtime bakes in when a session opens (sampling:
 temperature, top-p/k, min-p, repeat penalty, seed) come from :func:`session_config`; the
 per-request budget (``max_tokens``) and ``stop`` strings are applied here, per turn, so one
@@ -31,6 +37,8 @@ from .backend import FinishReason
 from .config import StreamConfig
 from .context import InferenceContext
 from .errors import ContextFullError, InvalidArgumentError
+from .logits import OutputSpec
+from .logprobs import TokenLogprob
 from .openai_types import (
     AssistantMessage,
     ChatChoice,
@@ -38,20 +46,29 @@ from .openai_types import (
     ChatCompletionChunk,
     ChatCompletionRequest,
     ChoiceDelta,
+    ChoiceLogprobs,
     ChunkChoice,
     Completion,
     CompletionChoice,
+    CompletionLogprobs,
     CompletionRequest,
+    FunctionCall,
     GenerationRequest,
+    LogprobItem,
     OpenAIFinishReason,
     PromptTokensDetails,
+    ToolCall,
+    ToolCallDelta,
+    TopLogprobItem,
     Usage,
     completion_id,
     now,
     parse_request,
+    request_output,
 )
 from .stream import Stream, open_stream
 from .text import TextAssembler
+from .tools import Tool, parse_reply, prepare_messages
 
 #: Our finish reasons in OpenAI's terms: an end-of-generation token or a stop string is
 #: "stop"; the token budget or a full context window is "length".
@@ -111,10 +128,24 @@ class Generation:
     """
 
     def __init__(self, stream: Stream, prompt: Prompt, *, max_tokens: int | None = None,
-                 stop: Sequence[str] = ()) -> None:
+                 stop: Sequence[str] = (), output: OutputSpec | None = None,
+                 tools: Sequence[Tool] | None = None,
+                 tool_choice: str | Mapping[str, Any] | None = None) -> None:
+        """``output``: the constraint and logprobs of this completion (None: the stream's
+        config's). ``tools`` / ``tool_choice``: a tool-call request; the reply (constrained by
+        ``output``) is parsed into :attr:`tool_calls` or :attr:`content` when it ends."""
         self.stream = stream
         self.prompt = prompt
         self.max_tokens = max_tokens
+        self.output = output
+        self.tools = list(tools) if tools else None
+        self.tool_choice = tool_choice
+        #: every generated token's logprob (when asked for); ``step_logprobs``: the last step's
+        self.logprobs: list[TokenLogprob] | None = None
+        self.step_logprobs: list[TokenLogprob] = []
+        #: a tool-call reply, parsed when it ends: the calls (OpenAI shape) or the content
+        self.tool_calls: list[dict[str, Any]] = []
+        self.content: str | None = None
         self.prompt_tokens = 0
         self.cached_tokens = 0
         self.completion_tokens = 0
@@ -131,6 +162,12 @@ class Generation:
             return self.stream.session.tokenize(prompt, add_special=True)
         items = list(prompt)
         if items and all(isinstance(m, Mapping) for m in items):
+            if self.tools:
+                template = self.stream.config.chat_template or \
+                    self.stream.session.chat_template or ""
+                msgs, extra = prepare_messages(items, self.tools,  # type: ignore[arg-type]
+                                               self.tool_choice, template)
+                return self.stream.chat_tokens(msgs, tools=extra.get("tools"))
             return self.stream.chat_tokens(items)  # type: ignore[arg-type]
         return items  # type: ignore[return-value]  # token ids: checked by prefill
 
@@ -152,6 +189,7 @@ class Generation:
                 f"this model's context window is {window} tokens, but {len(ids) + self.max_tokens}"
                 f" were requested ({len(ids)} in the prompt, {self.max_tokens} in max_tokens): "
                 "lower max_tokens, shorten the prompt, or use a larger context size")
+        self.stream.session.set_output(self.output)
         prefilled = self.stream.prefill_reusing(ids)
         self.prompt_tokens = len(ids)
         self.cached_tokens = len(ids) - prefilled
@@ -173,6 +211,9 @@ class Generation:
         if step.tokens and self.first_token_at is None:
             self.first_token_at = time.perf_counter()
         self.completion_tokens += len(step.tokens)
+        self.step_logprobs = list(step.logprobs or ())
+        if step.logprobs is not None:
+            self.logprobs = (self.logprobs or []) + self.step_logprobs
         assembler = self._assembler
         text = assembler.push(step.text.encode("utf-8"))
         if assembler.stopped:
@@ -184,7 +225,20 @@ class Generation:
             text += assembler.flush()
             self.finish_reason = "length"
         self.parts.append(text)
-        return text
+        if not self.holds_reply:
+            return text
+        if self.finish_reason is None:  # a tool-call reply is parsed whole at its end
+            return ""
+        self.content, self.tool_calls = parse_reply(self.text)
+        if self.tool_calls and self.finish_reason == "stop":
+            self.finish_reason = "tool_calls"
+        return self.content or ""
+
+    @property
+    def holds_reply(self) -> bool:
+        """True for a tool-call request: its text is JSON, returned parsed when it ends."""
+        return bool(self.tools) and self.output is not None and \
+            self.output.constraint is not None
 
     @property
     def text(self) -> str:
@@ -211,17 +265,24 @@ class Responder:
                                    choices=[ChunkChoice(index=index, delta=ChoiceDelta(
                                        role="assistant", content=""))])
 
-    def chunk(self, index: int, text: str, finish: OpenAIFinishReason | None
-              ) -> ChatCompletionChunk | Completion:
-        """A chunk adding ``text`` to choice ``index`` (``finish``: it is the choice's last)."""
+    def chunk(self, index: int, text: str, finish: OpenAIFinishReason | None,
+              generation: Generation | None = None) -> ChatCompletionChunk | Completion:
+        """A chunk adding ``text`` to choice ``index`` (``finish``: it is the choice's last),
+        with ``generation``'s last step's logprobs and, in the last chunk, its tool calls."""
+        gen = generation
+        step_lp = gen.step_logprobs if gen is not None and gen.logprobs is not None else None
         if self.kind == "chat":
-            delta = ChoiceDelta(content=text) if text else ChoiceDelta()
+            calls = [ToolCallDelta(index=i, **c) for i, c in enumerate(gen.tool_calls)] \
+                if gen is not None and gen.tool_calls and finish else None
+            delta = ChoiceDelta(content=text or None, tool_calls=calls)
             return ChatCompletionChunk(id=self.id, created=self.created, model=self.model,
-                                       choices=[ChunkChoice(index=index, delta=delta,
-                                                            finish_reason=finish)])
+                                       choices=[ChunkChoice(
+                                           index=index, delta=delta, finish_reason=finish,
+                                           logprobs=chat_logprobs(step_lp))])
         return Completion(id=self.id, created=self.created, model=self.model,
                           choices=[CompletionChoice(index=index, text=text,
-                                                    finish_reason=finish)])
+                                                    finish_reason=finish,
+                                                    logprobs=text_logprobs(step_lp))])
 
     def usage_chunk(self, usage: Usage) -> ChatCompletionChunk | Completion:
         """The last chunk of a stream with ``include_usage``: no choices, the usage."""
@@ -237,13 +298,58 @@ class Responder:
         if self.kind == "chat":
             return ChatCompletion(
                 id=self.id, created=self.created, model=self.model, usage=usage,
-                choices=[ChatChoice(index=i, message=AssistantMessage(content=g.text),
-                                    finish_reason=g.finish_reason or "stop")
+                choices=[ChatChoice(index=i, message=assistant_message(g),
+                                    finish_reason=g.finish_reason or "stop",
+                                    logprobs=chat_logprobs(g.logprobs))
                          for i, g in enumerate(generations)])
         return Completion(
             id=self.id, created=self.created, model=self.model, usage=usage,
             choices=[CompletionChoice(index=i, text=g.text, finish_reason=g.finish_reason
-                                      or "stop") for i, g in enumerate(generations)])
+                                      or "stop", logprobs=text_logprobs(g.logprobs))
+                     for i, g in enumerate(generations)])
+
+
+def assistant_message(gen: Generation) -> AssistantMessage:
+    """The message of a finished chat generation: its tool calls, or its text."""
+    if gen.tool_calls:
+        return AssistantMessage(content=None, tool_calls=[
+            ToolCall(id=c["id"], function=FunctionCall(**c["function"]))
+            for c in gen.tool_calls])
+    return AssistantMessage(content=gen.content if gen.holds_reply else gen.text)
+
+
+def chat_logprobs(entries: Sequence[TokenLogprob] | None) -> ChoiceLogprobs | None:
+    """OpenAI's chat ``logprobs`` of ``entries`` (None when none were asked for)."""
+    if entries is None:
+        return None
+    return ChoiceLogprobs(content=[LogprobItem(
+        token=e.text, logprob=e.logprob, bytes=list(e.piece),
+        top_logprobs=[TopLogprobItem(token=t.text, logprob=t.logprob, bytes=list(t.piece))
+                      for t in e.top]) for e in entries])
+
+
+def text_logprobs(entries: Sequence[TokenLogprob] | None) -> CompletionLogprobs | None:
+    """The legacy completions ``logprobs`` of ``entries`` (None when none were asked for)."""
+    if entries is None:
+        return None
+    offsets, at = [], 0
+    for e in entries:
+        offsets.append(at)
+        at += len(e.text)
+    return CompletionLogprobs(
+        tokens=[e.text for e in entries], token_logprobs=[e.logprob for e in entries],
+        top_logprobs=[{t.text: t.logprob for t in e.top} for e in entries],
+        text_offset=offsets)
+
+
+def generation_for(stream: Stream, request: ChatCompletionRequest | CompletionRequest,
+                   prompt: Prompt) -> Generation:
+    """The :class:`Generation` of ``request`` (its budget, stop strings, constraint,
+    logprobs and tools) on ``stream``, not started."""
+    output, tools = request_output(request)
+    return Generation(stream, prompt, max_tokens=request.token_budget,
+                      stop=request.stop_strings, output=output, tools=tools,
+                      tool_choice=getattr(request, "tool_choice", None))
 
 
 def usage_of(generations: Sequence[Generation]) -> Usage:
@@ -344,8 +450,7 @@ def _run_local(request: ChatCompletionRequest | CompletionRequest,
 
     def started(index: int) -> Generation:
         stream = streams.fit(session_config(streams.base, request, index))
-        gen = Generation(stream, prompt, max_tokens=request.token_budget,
-                         stop=request.stop_strings)
+        gen = generation_for(stream, request, prompt)
         gen.start()
         return gen
 
@@ -371,8 +476,8 @@ def _run_local(request: ChatCompletionRequest | CompletionRequest,
                     yield first
                 while not gen.done:
                     text = gen.step()
-                    if text or gen.done:
-                        yield responder.chunk(index, text, gen.finish_reason)
+                    if text or gen.done or gen.step_logprobs:
+                        yield responder.chunk(index, text, gen.finish_reason, gen)
                 finished.append(gen)
             if request.include_usage:
                 yield responder.usage_chunk(usage_of(finished))
@@ -488,13 +593,17 @@ __all__ = [
     "SESSION_FIELDS",
     "Generation",
     "Responder",
+    "assistant_message",
     "chat_completion",
+    "chat_logprobs",
     "completion",
     "finish_reason",
+    "generation_for",
     "model_name",
     "request_prompt",
     "serving_config",
     "session_config",
     "session_key",
+    "text_logprobs",
     "usage_of",
 ]

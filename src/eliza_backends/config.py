@@ -12,8 +12,8 @@ unless asked not to be.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Literal
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, TypedDict
 
 from pydantic import (
     BaseModel,
@@ -59,7 +59,12 @@ class StreamConfig(BaseModel):
     seed: int = Field(0, ge=0, lt=1 << 32, description="Sampler seed (used when temperature > 0).")
 
     drafter: DrafterKind = Field("none", description="Speculative drafter: none, ngram, model.")
-    draft_length: int = Field(4, ge=1, le=64, description="Tokens drafted per speculative step.")
+    draft_length: int = Field(4, ge=1, le=64, description="Tokens drafted per speculative step "
+                              "(with draft_policy='auto': the most).")
+    draft_policy: Literal["auto", "fixed"] = Field(
+        "auto", description="auto: the draft length per round (0: no drafting) from this host's "
+        "measured verify cost and the acceptance so far, where the backend can measure that "
+        "cost (llama.cpp); fixed: always draft_length.")
     ngram_size: int = Field(3, ge=1, le=16, description="Longest n-gram the drafter matches.")
     draft_model: str | None = Field(
         None,
@@ -69,6 +74,18 @@ class StreamConfig(BaseModel):
 
     chat_template: str | None = Field(
         None, description="Jinja chat template to use instead of the model's own.")
+
+    response_format: Mapping[str, Any] | None = Field(
+        None, description="OpenAI-style output format: {'type': 'json_object'} or "
+        "{'type': 'json_schema', 'json_schema': {'name': ..., 'schema': {...}}}.")
+    json_schema: Mapping[str, Any] | bool | None = Field(
+        None, description="Generated text is JSON valid against this schema (True: any object).")
+    regex: str | None = Field(None, description="Generated text matches this regular expression.")
+    grammar: str | None = Field(
+        None, description="Generated text follows this grammar (llguidance Lark, or GBNF).")
+    logprobs: bool = Field(False, description="Report each generated token's logprob in Step.")
+    top_logprobs: int = Field(
+        0, ge=0, le=20, description="Alternatives reported per token (implies logprobs).")
 
     options: Mapping[str, Mapping[str, Any]] = Field(
         default_factory=dict,
@@ -97,6 +114,20 @@ class StreamConfig(BaseModel):
             )
         if self.draft_model is not None and self.drafter != "model":
             raise ValueError("draft_model is only used with drafter='model'")
+        constraints = [name for name in ("response_format", "json_schema", "regex", "grammar")
+                       if getattr(self, name) is not None]
+        if len(constraints) > 1:
+            raise ValueError(f"set one output constraint, not {' and '.join(constraints)}")
+        if constraints:
+            from .logits import OutputSpec
+
+            try:  # checks the shapes and that the constraint compiles (no vocabulary yet)
+                spec = OutputSpec.from_config(self)
+            except InvalidArgumentError as exc:
+                raise ValueError(exc.message) from None
+            if spec.constraint is not None and self.ignore_eos:
+                raise ValueError("ignore_eos cannot be used with an output constraint (the "
+                                 "constraint ends the text with an end token)")
         return self
 
     @property
@@ -117,6 +148,40 @@ class StreamConfig(BaseModel):
         return cls(**base)
 
 
+class StreamOverrides(TypedDict, total=False):
+    """The keyword overrides ``open_stream(bundle, **overrides)`` takes: the fields of
+    :class:`StreamConfig`, typed so that editors complete them and type checkers check them
+    (``**overrides: Unpack[StreamOverrides]``). Validation is still :class:`StreamConfig`'s."""
+
+    context_size: int
+    threads: int | None
+    batch_size: int
+    max_tokens: int
+    tokens_per_step: int
+    stop: str | Sequence[str]
+    ignore_eos: bool
+    temperature: float
+    top_k: int
+    top_p: float
+    min_p: float
+    repeat_penalty: float
+    repeat_last_n: int
+    seed: int
+    drafter: DrafterKind
+    draft_length: int
+    draft_policy: Literal["auto", "fixed"]
+    ngram_size: int
+    draft_model: str | None
+    chat_template: str | None
+    response_format: Mapping[str, Any] | None
+    json_schema: Mapping[str, Any] | bool | None
+    regex: str | None
+    grammar: str | None
+    logprobs: bool
+    top_logprobs: int
+    options: Mapping[str, Mapping[str, Any]]
+
+
 def describe_validation_error(exc: ValidationError, what: str) -> str:
     """One readable message for a pydantic error: each problem on its own line."""
     problems = []
@@ -129,4 +194,4 @@ def describe_validation_error(exc: ValidationError, what: str) -> str:
     return f"invalid {what}: " + "; ".join(problems)
 
 
-__all__ = ["DrafterKind", "StreamConfig", "describe_validation_error"]
+__all__ = ["DrafterKind", "StreamConfig", "StreamOverrides", "describe_validation_error"]

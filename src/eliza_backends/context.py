@@ -6,6 +6,10 @@ from it and re-resolve their artifact there (nothing is cached between ``can_ser
 sessions on one bundle pay for one load. Closing the context closes its sessions first, then
 frees what was loaded, in reverse order.
 
+A single model artifact (a ``.gguf`` file, an MLX folder, ...) is taken as an implicit
+one-artifact bundle (:class:`~eliza_backends.bundle.ImplicitBundle`), staged for the
+context's lifetime.
+
 Threads: every method is safe from any thread. :meth:`InferenceContext.close` waits for the
 sessions being opened (:meth:`InferenceContext.opening`: ``open_stream`` and the conformance
 kit open inside it) and for the calls running on its sessions, so nothing it frees is in use.
@@ -21,7 +25,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from .errors import BundleError, SessionClosedError
+from .bundle import ImplicitBundle, artifact_format, is_bundle_dir, not_a_bundle
+from .errors import SessionClosedError
 
 if TYPE_CHECKING:
     from .backend import Session
@@ -34,9 +39,15 @@ class InferenceContext:
 
     def __init__(self, bundle_dir: str | os.PathLike[str]) -> None:
         path = Path(bundle_dir)
-        if not path.is_dir():
-            raise BundleError(f"bundle directory {path} does not exist; pass the folder that "
-                              "holds text/ (and manifest.json)")
+        #: What the caller passed: the bundle folder, or the single artifact.
+        self.source: Path = path
+        self._implicit: ImplicitBundle | None = None
+        if not is_bundle_dir(path) and artifact_format(path) is not None:
+            self._implicit = ImplicitBundle(path)
+            path = self._implicit.root
+        elif not path.is_dir():
+            raise not_a_bundle(path)
+        #: The bundle folder backends read (for a single artifact, its staging folder).
         self.bundle_dir: Path = path.resolve()
         self._lock = threading.RLock()
         self._idle = threading.Condition(self._lock)  # notified when an open finishes
@@ -120,9 +131,13 @@ class InferenceContext:
                 self._closed = True
                 items = list(self._shared.values())
                 self._shared.clear()
-            for obj, closer in reversed(items):
-                if closer is not None:
-                    closer(obj)
+            try:
+                for obj, closer in reversed(items):
+                    if closer is not None:
+                        closer(obj)
+            finally:
+                if self._implicit is not None:
+                    self._implicit.close()
 
     def __del__(self) -> None:
         # A context nobody closed frees its sessions and weights when it is collected, and

@@ -3,10 +3,10 @@
 Pydantic models of the subset of OpenAI's Chat Completions and (legacy) Completions API that
 :mod:`eliza_backends.completions` and the server speak. Requests are strict: an unknown field,
 a wrong type or a value out of range is an :class:`~eliza_backends.errors.InvalidArgumentError`
-naming the field. Fields that OpenAI defines but this project does not implement yet
-(``logprobs``, ``tools``, ``response_format`` other than text, penalties, ``logit_bias``) are
-declared, so :func:`unsupported_fields` can refuse them with a message instead of calling them
-unknown; the structured-output work fills them in.
+naming the field. ``response_format``, ``tools`` / ``tool_choice`` and ``logprobs`` /
+``top_logprobs`` are served (see :mod:`eliza_backends.tools`); fields that OpenAI defines but
+this project does not implement (penalties, ``logit_bias``) are declared, so
+:func:`unsupported_fields` can refuse them with a message instead of calling them unknown.
 
 Responses carry exactly OpenAI's field names, so ``model_dump(exclude_none=True)`` is what goes
 on the wire. ``usage.prompt_tokens_details.cached_tokens`` reports the prompt tokens that a
@@ -22,10 +22,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .config import describe_validation_error
+from .constraint import Constraint
 from .errors import InvalidArgumentError
+from .logits import OutputSpec
+from .tools import Tool, chosen_tools, parse_tools, reply_constraint
 
 #: OpenAI's finish reasons that this project produces.
-OpenAIFinishReason = Literal["stop", "length"]
+OpenAIFinishReason = Literal["stop", "length", "tool_calls"]
 
 _STRICT = ConfigDict(extra="forbid")
 _OPEN = ConfigDict(extra="allow")
@@ -64,11 +67,17 @@ class ChatMessage(BaseModel):
         return "".join(part.text for part in self.content)
 
     def for_template(self) -> dict[str, Any]:
-        """The dict a chat template renders (``developer`` becomes ``system``)."""
+        """The dict a chat template renders (``developer`` becomes ``system``; tool calls and
+        the id a tool result answers are kept, for
+        :func:`~eliza_backends.tools.prepare_messages`)."""
         out: dict[str, Any] = {"role": "system" if self.role == "developer" else self.role,
                                "content": self.text()}
         if self.name is not None:
             out["name"] = self.name
+        if self.tool_calls:
+            out["tool_calls"] = self.tool_calls
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
         return out
 
 
@@ -140,7 +149,7 @@ class ChatCompletionRequest(GenerationRequest):
 
     messages: list[ChatMessage]
     max_completion_tokens: int | None = Field(None, ge=1)
-    top_logprobs: int | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
     response_format: dict[str, Any] | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
@@ -191,19 +200,20 @@ def unsupported_fields(request: GenerationRequest) -> list[str]:
                    "(1.0 disables, 1.1 is a common choice)")
     if request.logit_bias:
         out.append("logit_bias is not supported yet")
-    if request.logprobs:
-        out.append("logprobs are not supported yet")
     if isinstance(request, ChatCompletionRequest):
-        if request.top_logprobs:
-            out.append("top_logprobs is not supported yet")
-        fmt = (request.response_format or {}).get("type", "text")
-        if fmt != "text":
-            out.append(f"response_format {fmt!r} is not supported yet (only 'text')")
-        if request.tools or request.tool_choice not in (None, "none"):
-            out.append("tools / tool_choice are not supported yet")
-        for i, m in enumerate(request.messages):
-            if m.tool_calls:
-                out.append(f"messages[{i}].tool_calls: tool calls are not supported yet")
+        if request.top_logprobs and not request.logprobs:
+            out.append("top_logprobs needs logprobs: true")
+        if isinstance(request.logprobs, int) and not isinstance(request.logprobs, bool):
+            out.append("logprobs is a boolean in chat completions (use top_logprobs for the "
+                       "number of alternatives)")
+        if request.response_format is not None and request.tools:
+            out.append("response_format and tools cannot be combined (a tool-call reply has "
+                       "its own format)")
+        if request.tool_choice not in (None, "none") and not request.tools:
+            out.append("tool_choice needs tools")
+    if isinstance(request, CompletionRequest) and (request.logprobs is True or (
+            isinstance(request.logprobs, int) and not 0 <= request.logprobs <= 20)):
+        out.append("logprobs is the number of alternatives (0..20) in text completions")
     if isinstance(request, CompletionRequest):
         if request.echo:
             out.append("echo is not supported")
@@ -212,6 +222,36 @@ def unsupported_fields(request: GenerationRequest) -> list[str]:
         if request.best_of not in (None, 1):
             out.append("best_of is not supported (send n requests)")
     return out
+
+
+def request_output(request: GenerationRequest) -> tuple[OutputSpec | None, list[Tool] | None]:
+    """The :class:`~eliza_backends.logits.OutputSpec` (constraint, logprobs) and the tools of
+    ``request``; a malformed ``response_format``, ``tools`` or ``tool_choice`` is a
+    :class:`RequestError` naming the field."""
+    constraint: Constraint | None = None
+    tools: list[Tool] | None = None
+    if isinstance(request, ChatCompletionRequest):
+        logprobs, top = bool(request.logprobs), request.top_logprobs or 0
+        field = "response_format"
+        try:
+            if request.response_format is not None:
+                constraint = Constraint.from_response_format(request.response_format)
+            if request.tools:
+                field = "tools"
+                tools = parse_tools(request.tools)
+                field = "tool_choice"
+                chosen_tools(tools, request.tool_choice)
+                field = "tools"  # a parameters schema that does not compile
+                constraint = reply_constraint(tools, request.tool_choice,
+                                              request.parallel_tool_calls)
+            spec = OutputSpec(constraint, logprobs, top)  # compiles the constraint
+        except InvalidArgumentError as exc:
+            raise RequestError(exc.message, param=field) from None
+    else:
+        n = request.logprobs
+        logprobs, top = n is not None and n is not False, int(n or 0)
+        spec = OutputSpec(None, logprobs, top)
+    return (spec if spec.active else None), tools
 
 
 def parse_request(model: type[GenerationRequest], data: Any) -> Any:
@@ -228,6 +268,7 @@ def parse_request(model: type[GenerationRequest], data: Any) -> Any:
     problems = unsupported_fields(request)
     if problems:
         raise RequestError("; ".join(problems), param=None)
+    request_output(request)  # a bad response_format / tools is refused before any work
     return request
 
 
@@ -269,11 +310,62 @@ class Usage(BaseModel):
     prompt_tokens_details: PromptTokensDetails = Field(default_factory=PromptTokensDetails)
 
 
+class FunctionCall(BaseModel):
+    """The function of a tool call: its ``name`` and ``arguments`` as JSON text."""
+
+    name: str
+    arguments: str
+
+
+class ToolCall(BaseModel):
+    """One tool call of an assistant message."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ToolCallDelta(ToolCall):
+    """A tool call in a streamed chunk (sent whole, in the choice's last chunk)."""
+
+    index: int
+
+
+class TopLogprobItem(BaseModel):
+    """One alternative at a position: the token's text, logprob and UTF-8 bytes."""
+
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+
+
+class LogprobItem(TopLogprobItem):
+    """A generated token's logprob and its most likely alternatives."""
+
+    top_logprobs: list[TopLogprobItem] = Field(default_factory=list)
+
+
+class ChoiceLogprobs(BaseModel):
+    """``choices[i].logprobs`` of a chat completion: one item per generated token."""
+
+    content: list[LogprobItem] | None = None
+
+
+class CompletionLogprobs(BaseModel):
+    """``choices[i].logprobs`` of a text completion (the legacy shape)."""
+
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]] | None = None
+    text_offset: list[int]
+
+
 class AssistantMessage(BaseModel):
-    """The message of a chat choice."""
+    """The message of a chat choice: ``content``, or ``tool_calls`` (then content is None)."""
 
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
+    tool_calls: list[ToolCall] | None = None
 
 
 class ChatChoice(BaseModel):
@@ -282,7 +374,7 @@ class ChatChoice(BaseModel):
     index: int
     message: AssistantMessage
     finish_reason: OpenAIFinishReason
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
 
 
 class ChatCompletion(BaseModel):
@@ -300,10 +392,12 @@ class ChatCompletion(BaseModel):
 
 
 class ChoiceDelta(BaseModel):
-    """What one chunk adds to a choice: the role (first chunk), then content."""
+    """What one chunk adds to a choice: the role (first chunk), then content (or tool
+    calls)."""
 
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
 
 class ChunkChoice(BaseModel):
@@ -312,7 +406,7 @@ class ChunkChoice(BaseModel):
     index: int
     delta: ChoiceDelta
     finish_reason: OpenAIFinishReason | None = None
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
 
 
 class ChatCompletionChunk(BaseModel):
@@ -336,7 +430,7 @@ class CompletionChoice(BaseModel):
     index: int
     text: str
     finish_reason: OpenAIFinishReason | None = None
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
 
 
 class Completion(BaseModel):
@@ -394,13 +488,17 @@ __all__ = [
     "ChatCompletionRequest",
     "ChatMessage",
     "ChoiceDelta",
+    "ChoiceLogprobs",
     "ChunkChoice",
     "Completion",
     "CompletionChoice",
+    "CompletionLogprobs",
     "CompletionRequest",
     "ErrorDetail",
     "ErrorResponse",
+    "FunctionCall",
     "GenerationRequest",
+    "LogprobItem",
     "ModelCard",
     "ModelList",
     "OpenAIFinishReason",
@@ -408,9 +506,13 @@ __all__ = [
     "RequestError",
     "StreamOptions",
     "TextPart",
+    "ToolCall",
+    "ToolCallDelta",
+    "TopLogprobItem",
     "Usage",
     "completion_id",
     "now",
     "parse_request",
+    "request_output",
     "unsupported_fields",
 ]

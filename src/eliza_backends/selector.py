@@ -20,12 +20,12 @@ from __future__ import annotations
 import difflib
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from .backend import Availability, Factory
-from .bundle import FORMATS, find_artifacts
+from .bundle import FORMATS, ImplicitBundle, artifact_format, find_artifacts, is_bundle_dir
 from .errors import BackendSelectionError, Status
 from .registry import Registry, default_registry, safe_available, safe_rank
 
@@ -190,6 +190,17 @@ def _gather(bundle_dir: str | os.PathLike[str], backend: str | None,
 def _resolve(bundle_dir: str | os.PathLike[str], backend: str | None,
              environ: Mapping[str, str] | None,
              registry: Registry | None) -> tuple[SelectionReport, Factory | None]:
+    path = Path(bundle_dir)
+    if not is_bundle_dir(path) and artifact_format(path) is not None:
+        # a single artifact: select on it staged as a bundle, report the path that was given
+        with ImplicitBundle(path) as staged:
+            report, factory = _resolve_bundle(staged.root, backend, environ, registry)
+        return replace(report, bundle_dir=str(path)), factory
+    return _resolve_bundle(path, backend, environ, registry)
+
+
+def _resolve_bundle(bundle_dir: Path, backend: str | None, environ: Mapping[str, str] | None,
+                    registry: Registry | None) -> tuple[SelectionReport, Factory | None]:
     sel = _gather(bundle_dir, backend, environ, registry)
     if not sel.bundle.is_dir():
         sel.verdicts = {r.name: ("cannot-serve", "no bundle") for r in sel.rows}

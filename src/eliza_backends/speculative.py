@@ -17,11 +17,15 @@ the forward pass and the cache trim.
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import BundleError
+
+if TYPE_CHECKING:
+    from .draft_policy import DraftPolicy
 
 #: A backend's verify step: ``verify(sequence, drafts) -> (produced, accepted)``.
 #: ``sequence`` is the whole sequence so far (its last token is the one the drafts follow;
@@ -164,20 +168,38 @@ class ModelDrafter(ABC):
 
 def speculate(drafter: Drafter, sequence: Sequence[int], max_tokens: int, draft_length: int,
               verify: Verify, is_end: Callable[[int], bool],
-              check_cancel: Callable[[], None]) -> tuple[list[int], int, int]:
+              check_cancel: Callable[[], None], policy: DraftPolicy | None = None
+              ) -> tuple[list[int], int, int]:
     """Draft/verify rounds continuing ``sequence`` until ``max_tokens`` tokens or an end token.
 
     Each round: ``check_cancel()``, ``k = min(draft_length, tokens left - 1)`` drafts from
-    ``drafter``, then ``verify``. Returns (tokens produced, drafts proposed, drafts accepted).
+    ``drafter`` (with a ``policy``: ``min(policy.next_length(), draft_length, ...)``, 0 meaning a
+    plain one-token round; the policy sees every round), then ``verify``. Returns (tokens
+    produced, drafts proposed, drafts accepted).
     """
     seq = list(sequence)
     out: list[int] = []
     drafted = accepted = 0
     while len(out) < max_tokens:
         check_cancel()
-        k = min(draft_length, max_tokens - len(out) - 1)
-        drafts = drafter.propose(seq, k) if k > 0 else []
+        want = draft_length if policy is None else min(policy.next_length(), draft_length)
+        k = min(want, max_tokens - len(out) - 1)
+        shadow: list[int] = []
+        if k > 0:
+            t0 = time.perf_counter()
+            drafts = drafter.propose(seq, k)
+            if policy is not None:
+                policy.observe_drafting(time.perf_counter() - t0, len(drafts))
+        else:
+            drafts = []
+            if policy is not None and policy.shadow():
+                shadow = drafter.propose(seq, 1)
         produced, n_ok = verify(seq, drafts)
+        if policy is not None:
+            if drafts:
+                policy.observe(len(drafts), n_ok)
+            elif shadow:
+                policy.observe(1, int(shadow[0] == produced[0]))
         out += produced
         seq += produced
         drafted += len(drafts)

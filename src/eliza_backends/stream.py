@@ -1,7 +1,9 @@
 """The stream API: select a backend, open a session, stream steps, measure them.
 
 ``open_stream`` -> :class:`Stream` (``prefill`` / ``next`` / iterate / ``async for``) ->
-``close``. ``generate`` is the one-call form. A stream owns its session, and its
+``close``. ``generate`` is the one-call form. From a coroutine, ``await aopen_stream(...)``,
+``await stream.aprefill(...)`` and ``async for`` keep the event loop running while the model
+loads, prefills and decodes (each runs in a worker thread). A stream owns its session, and its
 :class:`InferenceContext` unless you pass one in (then several streams share one load).
 """
 
@@ -11,21 +13,26 @@ import contextlib
 import os
 import time
 import warnings
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from .backend import Session, Step
-from .chat import common_prefix, render_bounds
-from .chat_tokens import chat_token_ids
-from .config import StreamConfig
-from .context import InferenceContext
-from .errors import InvalidArgumentError, PluginError, UnsupportedOperationError
-from .registry import Registry, default_registry
-from .selector import KNOWN_BACKENDS, select
+from .backend import Session, Step, check_output_support
 
 if TYPE_CHECKING:
     import asyncio
+
+    from typing_extensions import Unpack  # typing.Unpack from Python 3.11
+from .chat import common_prefix, render_bounds
+from .chat_tokens import chat_token_ids
+from .config import StreamConfig, StreamOverrides
+from .context import InferenceContext
+from .errors import InvalidArgumentError, PluginError, UnsupportedOperationError
+from .logits import OutputSpec
+from .registry import Registry, default_registry
+from .selector import KNOWN_BACKENDS, select
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -115,9 +122,11 @@ class Stream:
         return len(ids)
 
     def chat_tokens(self, messages: Sequence[Mapping[str, Any]], *,
-                    add_generation_prompt: bool = True) -> list[int]:
+                    add_generation_prompt: bool = True,
+                    tools: Sequence[Mapping[str, Any]] | None = None) -> list[int]:
         """Render chat ``messages`` with the model's template (or ``config.chat_template``) and
         tokenize the result (no BOS added: templates write their own). Prefills nothing.
+        ``tools``: OpenAI tool definitions for a template that renders them.
         Message content is never read as control tokens: ``"<|end|>"`` in a message is text
         (see :mod:`eliza_backends.chat_tokens`). Rendering is bounded
         (:class:`~eliza_backends.chat.RenderLimits`) and :meth:`cancel` stops it with
@@ -131,7 +140,7 @@ class Stream:
                 "StreamConfig(chat_template=...) or prefill text yourself")
         with render_bounds(cancelled=lambda: session.cancelled):
             return chat_token_ids(session, template, messages,
-                                  add_generation_prompt=add_generation_prompt)
+                                  add_generation_prompt=add_generation_prompt, tools=tools)
 
     def prefill_reusing(self, token_ids: Sequence[int]) -> int:
         """Make the session's sequence exactly ``token_ids``, ready to generate from, prefilling
@@ -160,6 +169,40 @@ class Stream:
         """
         return self.prefill_reusing(
             self.chat_tokens(messages, add_generation_prompt=add_generation_prompt))
+
+    async def aprefill(self, prompt: str | Sequence[int], *,
+                       add_special: bool | None = None) -> int:
+        """:meth:`prefill` in a worker thread, so the event loop keeps running. Cancelling the
+        awaiting task cancels the session (the prefill stops with :class:`CancelledError` on
+        backends with ``capabilities.cancel_prefill``)."""
+        return await self._in_thread(lambda: self.prefill(prompt, add_special=add_special))
+
+    async def aprefill_messages(self, messages: Sequence[Mapping[str, Any]], *,
+                                add_generation_prompt: bool = True) -> int:
+        """:meth:`prefill_messages` in a worker thread (see :meth:`aprefill`)."""
+        return await self._in_thread(lambda: self.prefill_messages(
+            messages, add_generation_prompt=add_generation_prompt))
+
+    async def _in_thread(self, call: Callable[[], T]) -> T:
+        import asyncio  # only async callers pay for it
+
+        try:
+            return await asyncio.to_thread(call)
+        except asyncio.CancelledError:
+            self.session.cancel()
+            raise
+
+    def save_slot(self, path: str | os.PathLike[str]) -> None:
+        """Save the sequence (KV state and token history) to a slot file, atomically (see
+        :meth:`Session.save_slot`); :meth:`restore_slot` on a stream over the same model,
+        backend and runtime version continues from it."""
+        self.session.save_slot(path)
+
+    def restore_slot(self, path: str | os.PathLike[str]) -> None:
+        """Replace the sequence with a saved slot (see :meth:`Session.restore_slot`); a
+        foreign or damaged file raises :class:`SlotError` and leaves the stream as it was.
+        The next :meth:`prefill_messages` reuses the restored tokens."""
+        self.session.restore_slot(path)
 
     def next(self, max_tokens: int | None = None) -> Step:
         """One step: up to ``max_tokens`` tokens (default ``config.tokens_per_step``)."""
@@ -300,6 +343,9 @@ def check_capabilities(session: Session, config: StreamConfig, backend: str) -> 
         raise UnsupportedOperationError(
             f"backend {backend} decodes greedily only; set temperature=0 or choose another "
             "backend")
+    spec = OutputSpec.from_config(config)
+    if spec.active:
+        check_output_support(caps, config, spec, backend)
 
 
 def open_stream(
@@ -309,13 +355,16 @@ def open_stream(
     backend: str | None = None,
     environ: Mapping[str, str] | None = None,
     registry: Registry | None = None,
-    **overrides: Any,
+    **overrides: Unpack[StreamOverrides],
 ) -> Stream:
     """Select a backend for ``bundle`` and open a stream on it.
 
-    ``bundle`` is a bundle directory or an :class:`InferenceContext` (to share loaded weights
-    between streams). ``config`` and keyword ``overrides`` build the :class:`StreamConfig`.
-    ``backend`` is a hard request like ``ELIZA_LLM_BACKEND`` (and wins over it).
+    ``bundle`` is a bundle directory, a single model artifact (a ``.gguf`` file, an MLX
+    folder, ...: an implicit one-artifact bundle), or an :class:`InferenceContext` (to share
+    loaded weights between streams). ``config`` and keyword ``overrides`` (the
+    :class:`StreamConfig` fields, see :class:`~eliza_backends.config.StreamOverrides`) build
+    the :class:`StreamConfig`. ``backend`` is a hard request like ``ELIZA_LLM_BACKEND`` (and
+    wins over it).
     """
     cfg = StreamConfig.build(config, **overrides)
     owns = not isinstance(bundle, InferenceContext)
@@ -341,9 +390,39 @@ def open_stream(
     return Stream(session, backend=factory.name, context=context, owns_context=owns)
 
 
+async def aopen_stream(
+    bundle: str | os.PathLike[str] | InferenceContext,
+    config: StreamConfig | Mapping[str, Any] | None = None,
+    *,
+    backend: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    registry: Registry | None = None,
+    **overrides: Unpack[StreamOverrides],
+) -> Stream:
+    """:func:`open_stream` in a worker thread, so loading the model does not block the event
+    loop. If the awaiting task is cancelled, the load still finishes in its thread and the
+    stream it opened is closed."""
+    import asyncio  # only async callers pay for it
+
+    task = asyncio.ensure_future(asyncio.to_thread(
+        lambda: open_stream(bundle, config, backend=backend, environ=environ,
+                            registry=registry, **overrides)))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.add_done_callback(_close_opened)
+        raise
+
+
+def _close_opened(task: asyncio.Future[Stream]) -> None:
+    """Close the stream a cancelled :func:`aopen_stream` opened after all."""
+    if not task.cancelled() and task.exception() is None:
+        task.result().close()
+
+
 def generate_chat(bundle: str | os.PathLike[str] | InferenceContext,
                   messages: Sequence[Mapping[str, Any]], *, backend: str | None = None,
-                  **config: Any) -> str:
+                  **config: Unpack[StreamOverrides]) -> str:
     """Open a stream, prefill chat ``messages`` with the model's template, return the reply."""
     with open_stream(bundle, backend=backend, **config) as stream:
         stream.prefill_messages(messages)
@@ -351,12 +430,12 @@ def generate_chat(bundle: str | os.PathLike[str] | InferenceContext,
 
 
 def generate(bundle: str | os.PathLike[str] | InferenceContext, prompt: str | Sequence[int], *,
-             backend: str | None = None, **config: Any) -> str:
+             backend: str | None = None, **config: Unpack[StreamOverrides]) -> str:
     """Open a stream, prefill ``prompt``, return the generated text, close the stream."""
     with open_stream(bundle, backend=backend, **config) as stream:
         stream.prefill(prompt)
         return stream.text()
 
 
-__all__ = ["Stream", "StreamMetrics", "check_capabilities", "generate", "generate_chat",
-           "open_stream"]
+__all__ = ["Stream", "StreamMetrics", "aopen_stream", "check_capabilities", "generate",
+           "generate_chat", "open_stream"]

@@ -23,10 +23,11 @@ Checks that depend on an optional feature are skipped with the reason when
 :class:`BackendConformance` is the aggregate of one mixin per area (as fsspec's abstract tests
 and pandas' extension tests): :class:`FactoryChecks`, :class:`GenerationChecks`,
 :class:`RewindChecks`, :class:`CancelChecks`, :class:`SlotChecks`, :class:`InputChecks`,
-:class:`SpeculativeChecks`, :class:`SamplingChecks`, :class:`ChatChecks`. While developing a
-backend, subclass only the mixins you are working on (each brings the fixtures through
-:class:`KitFixtures`); in the plugin's suite subclass the aggregate, so a check added to the kit
-is never missed. The kit uses only the public API of sessions and factories.
+:class:`SpeculativeChecks`, :class:`SamplingChecks`, :class:`ChatChecks`,
+:class:`LogitsChecks`. While developing a backend, subclass only the mixins you are working on
+(each brings the fixtures through :class:`KitFixtures`); in the plugin's suite subclass the
+aggregate, so a check added to the kit is never missed. The kit uses only the public API of
+sessions and factories.
 
 This module is registered as a pytest plugin (``pytest11`` entry point); importing it outside
 pytest is not supported.
@@ -46,6 +47,7 @@ from .backend import Capabilities, Factory, Session, Step
 from .chat import render_chat
 from .chat_tokens import chat_token_ids
 from .config import StreamConfig
+from .constraint import Constraint
 from .context import InferenceContext
 from .errors import (
     BundleError,
@@ -568,7 +570,8 @@ class SpeculativeChecks(KitFixtures):
             expected = generated_tokens(run_to_end(plain))
         for kind in drafters:
             try:
-                s = open_session(ignore_eos=True, max_tokens=24, drafter=kind, draft_length=4)
+                s = open_session(ignore_eos=True, max_tokens=24, drafter=kind, draft_length=4,
+                                 draft_policy="fixed")  # the rounds themselves
             except BundleError as exc:
                 assert kind == "model", exc
                 continue  # no draft artifact in this bundle: nothing to check for "model"
@@ -587,7 +590,8 @@ class SpeculativeChecks(KitFixtures):
             expected = generated_tokens(run_to_end(plain))
         for kind in self._drafters(open_session):
             try:
-                s = open_session(ignore_eos=True, max_tokens=12, drafter=kind, draft_length=3)
+                s = open_session(ignore_eos=True, max_tokens=12, drafter=kind, draft_length=3,
+                                 draft_policy="fixed")
             except BundleError as exc:
                 assert kind == "model", exc
                 continue
@@ -650,12 +654,126 @@ class ChatChecks(KitFixtures):
         assert markup("hi " + " ".join(controls) + " bye") == markup("hi bye")
 
 
+class LogitsChecks(KitFixtures):
+    """The logits hook (``capabilities.logits``): constrained output follows its constraint,
+    the same in multi-token steps, and logprobs are consistent; without it, constraints and
+    logprobs are refused, never ignored."""
+
+    #: The JSON schema the kit constrains to (small, so any model finishes it in the budget).
+    kit_schema: ClassVar[dict[str, Any]] = {
+        "type": "object", "properties": {"ok": {"type": "boolean"},
+                                         "n": {"type": "integer", "minimum": 0, "maximum": 99}},
+        "required": ["ok", "n"], "additionalProperties": False}
+
+    def _needs_logits(self, session: Session) -> None:
+        if not session.capabilities.logits:
+            pytest.skip("capabilities.logits is False (no constraints, no logprobs)")
+        pytest.importorskip("llguidance", reason="constraints need eliza-backends[structured]")
+
+    def test_without_logits_constraints_are_refused(self, session: Session) -> None:
+        if session.capabilities.logits:
+            pytest.skip("capabilities.logits is True")
+        from .logits import OutputSpec
+
+        with pytest.raises(UnsupportedOperationError):
+            session.set_output(OutputSpec(Constraint.regex("[a-z]+")))
+        with pytest.raises(UnsupportedOperationError):
+            session.set_output(OutputSpec(logprobs=True))
+
+    def test_json_schema_output_is_valid(self, open_session: Any, prompt: list[int]) -> None:
+        import json
+
+        with open_session(max_tokens=48) as probe:
+            self._needs_logits(probe)
+        with open_session(json_schema=self.kit_schema, max_tokens=48) as s:
+            s.prefill(prompt)
+            steps = run_to_end(s)
+            assert steps[-1].finish_reason == "eos", "the constraint ends the text"
+            data = json.loads("".join(st.text for st in steps))
+            assert set(data) == {"ok", "n"} and isinstance(data["ok"], bool)
+            assert isinstance(data["n"], int) and 0 <= data["n"] <= 99
+
+    def test_regex_output_matches_in_multi_token_steps(self, open_session: Any,
+                                                       prompt: list[int]) -> None:
+        import re
+
+        pattern = r"[a-z]{2,6}( [a-z]{2,6}){1,3}\."
+        with open_session(max_tokens=48) as probe:
+            self._needs_logits(probe)
+        texts, ids = [], []
+        for per_step in (1, 4):
+            with open_session(regex=pattern, max_tokens=48, tokens_per_step=per_step) as s:
+                s.prefill(prompt)
+                steps = run_to_end(s)
+                texts.append("".join(st.text for st in steps))
+                ids.append(generated_tokens(steps))
+        assert re.fullmatch(pattern, texts[0]), texts[0]
+        assert ids[0] == ids[1] and texts[0] == texts[1]
+
+    def test_constraint_restarts_at_each_prefill(self, open_session: Any,
+                                                 prompt: list[int]) -> None:
+        with open_session(max_tokens=48) as probe:
+            self._needs_logits(probe)
+        with open_session(regex=r"[0-9]{3}", max_tokens=48) as s:
+            for _ in range(2):
+                s.prefill(prompt)
+                text = "".join(st.text for st in run_to_end(s))
+                assert len(text) == 3 and text.isdigit(), text
+
+    def test_logprobs_are_consistent(self, open_session: Any, prompt: list[int]) -> None:
+        with open_session(max_tokens=8) as probe:
+            self._needs_logits(probe)
+        with open_session(top_logprobs=3, max_tokens=8, ignore_eos=True) as s:
+            s.prefill(prompt)
+            steps = run_to_end(s)
+            for step in steps:
+                assert step.logprobs is not None and len(step.logprobs) == len(step.tokens)
+                for tok, lp in zip(step.tokens, step.logprobs, strict=True):
+                    assert lp.token == tok and lp.logprob <= 1e-6 and len(lp.top) == 3
+                    assert [t.logprob for t in lp.top] == sorted(
+                        (t.logprob for t in lp.top), reverse=True)
+                    # greedy: the chosen token is the most likely one
+                    assert lp.top[0].token == tok and abs(lp.top[0].logprob - lp.logprob) < 1e-9
+        with open_session(max_tokens=4) as plain:
+            plain.prefill(prompt)
+            assert all(st.logprobs is None for st in run_to_end(plain))
+
+    def test_set_output_per_turn(self, open_session: Any, prompt: list[int]) -> None:
+        from .logits import OutputSpec
+
+        with open_session(max_tokens=48) as s:
+            self._needs_logits(s)
+            s.set_output(OutputSpec(Constraint.regex("(yes|no)"), logprobs=True))
+            s.prefill(prompt)
+            steps = run_to_end(s)
+            assert "".join(st.text for st in steps) in ("yes", "no")
+            assert steps[0].logprobs is not None
+            s.set_output(None)  # back to the config's: nothing
+            s.reset()
+            s.prefill(prompt)
+            assert all(st.logprobs is None for st in run_to_end(s))
+
+    def test_constraint_with_a_drafter_is_refused(self, open_session: Any) -> None:
+        with open_session() as probe:
+            self._needs_logits(probe)
+            drafters = sorted(probe.capabilities.drafters - {"none"})
+        if not drafters:
+            pytest.skip("no drafter to combine with")
+        from .stream import check_capabilities
+
+        with open_session(drafter=drafters[0], regex="[a-z]+") as s, \
+                pytest.raises(UnsupportedOperationError):
+            check_capabilities(s, s.config, "kit")
+
+
 class BackendConformance(FactoryChecks, GenerationChecks, RewindChecks, CancelChecks,
-                         SlotChecks, InputChecks, SpeculativeChecks, SamplingChecks, ChatChecks):
+                         SlotChecks, InputChecks, SpeculativeChecks, SamplingChecks, ChatChecks,
+                         LogitsChecks):
     """Every contract check for one backend. Subclass and provide ``factory`` and
     ``bundle_dir`` fixtures (see :class:`KitFixtures`)."""
 
 
 __all__ = ["BackendConformance", "CancelChecks", "ChatChecks", "FactoryChecks",
-           "GenerationChecks", "InputChecks", "KitFixtures", "RewindChecks", "SamplingChecks",
+           "GenerationChecks", "InputChecks", "KitFixtures", "LogitsChecks", "RewindChecks",
+           "SamplingChecks",
            "SlotChecks", "SpeculativeChecks", "generated_tokens", "long_prompt", "run_to_end"]

@@ -43,7 +43,14 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..chat import render_chat
-from ..completions import Generation, Responder, request_prompt, session_config, usage_of
+from ..completions import (
+    Generation,
+    Responder,
+    generation_for,
+    request_prompt,
+    session_config,
+    usage_of,
+)
 from ..errors import CancelledError, ContextFullError, ElizaError, UnsupportedOperationError
 from ..openai_types import (
     ChatCompletionRequest,
@@ -267,8 +274,7 @@ class OpenAIServer:
 
         def starter(config_index: int) -> Callable[[Stream], Generation]:
             def start(stream: Stream) -> Generation:
-                gen = Generation(stream, prompt, max_tokens=req.token_budget,
-                                 stop=req.stop_strings)
+                gen = generation_for(stream, req, prompt)
                 gen.start()
                 return gen
             return start
@@ -336,8 +342,8 @@ class OpenAIServer:
                         chunk = responder.first_chunk(index)
                         if chunk is not None:
                             yield sse(chunk)
-                    elif text or gen.done:
-                        yield sse(responder.chunk(index, text, gen.finish_reason))
+                    elif text or gen.done or gen.step_logprobs:
+                        yield sse(responder.chunk(index, text, gen.finish_reason, gen))
                 if req.include_usage:
                     yield sse(responder.usage_chunk(usage_of(finished)))
                 await lease.release(held_text())

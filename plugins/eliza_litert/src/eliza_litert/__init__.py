@@ -37,8 +37,13 @@ from eliza_backends import (
     StreamConfig,
     hookimpl,
 )
+from eliza_backends.native_output import native_stderr_to_logging, quiet_by_default
 
 from .ladder import ACCELERATOR_ENV, LADDER, RUNG_NAMES, LadderResult, real_host, resolve
+
+#: LiteRT's own log lines (captured from fd 2 around loads); ERROR unless the
+#: application sets a level (``eliza-backends -v`` shows INFO).
+NATIVE_LOG = quiet_by_default(logging.getLogger("eliza_litert.native"))
 
 __version__ = "0.1.0"
 
@@ -70,8 +75,11 @@ class LiteRTOptions(BaseModel):
     accelerator: str | None = Field(
         None, description=f"Force a ladder rung ({', '.join(RUNG_NAMES)}); overrides "
         f"{ACCELERATOR_ENV}. Absent = loud error.")
-    cache_dir: str | None = Field(None, description="Engine cache dir (must exist); default: a "
-                                  "temporary dir owned by the inference context.")
+    cache_dir: str | None = Field(
+        None, description="Cache dir (must exist): the engine's caches; for the token-exact "
+        "session the .litertlm's TFLite section (copied out to be memory-mapped) and XNNPACK's "
+        "packed weights (compiled runtime), reused by later loads. Default: a temporary dir "
+        "owned by the inference context.")
 
 
 def _dist_version(name: str) -> str | None:
@@ -171,6 +179,11 @@ class LiteRTFactory(Factory):
                 f"({ladder.summary()})")
 
     def open(self, context: InferenceContext, config: StreamConfig) -> Session:
+        # LiteRT writes its load-time log lines to fd 2 itself: route them into logging
+        with native_stderr_to_logging(NATIVE_LOG):
+            return self._open(context, config)
+
+    def _open(self, context: InferenceContext, config: StreamConfig) -> Session:
         options: LiteRTOptions = self.parse_options(config)
         if options.accelerator is not None:
             ladder = self.ladder(options.accelerator, f"options[{self.name!r}].accelerator")
@@ -221,12 +234,13 @@ class LiteRTFactory(Factory):
         accel = ladder.chosen.engine_backend if options.runtime == "compiled" else "cpu"
         rung = ladder.chosen
         try:
-            model = shared_model(context, path, threads, options.runtime, accel)
+            model = shared_model(context, path, threads, options.runtime, accel, options.cache_dir)
         except BundleError as exc:
             if accel == "cpu":
                 raise
             # the accelerator, or the file? The CPU decides: a file it loads is sound
-            model = shared_model(context, path, threads, options.runtime, "cpu")
+            model = shared_model(context, path, threads, options.runtime, "cpu",
+                                 options.cache_dir)
             if ladder.forced_by:
                 raise BackendRuntimeError(
                     f"the {ladder.chosen.label} accelerator ({ladder.forced_by}) cannot run "

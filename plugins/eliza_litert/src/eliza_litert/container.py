@@ -28,6 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eliza_backends import BundleError
+from eliza_backends.hf_tokenizer import HFTokenizer
+from eliza_backends.sp_tokenizer import SPTokenizer
+from eliza_backends.tokenizer import Tokenizer
 
 from .tflite_check import check_tflite_buffer
 
@@ -99,22 +102,25 @@ class Container:
             raise _bad(self.path, f"section {section.index} is truncated")
         return data
 
-    def tflite_model(self) -> bytes:
-        """The prefill/decode TFLite model (checked like a ``.tflite`` file)."""
+    def tflite_section(self) -> Section:
+        """The prefill/decode TFLite model's section (the first TFLiteModel one otherwise)."""
         sec = self.find("TFLiteModel", model_type="tf_lite_prefill_decode") or \
             self.find("TFLiteModel")
         if sec is None:
             raise _bad(self.path, "it holds no TFLiteModel section")
+        return sec
+
+    def tflite_model(self) -> bytes:
+        """A copy of the prefill/decode TFLite model (checked like a ``.tflite`` file); the
+        runtimes map it instead (:mod:`eliza_litert.model_files`)."""
+        sec = self.tflite_section()
         data = self.read(sec)
         check_tflite_bytes(data, f"{self.path} (section {sec.index})")
         return data
 
     def check_tflite_section(self) -> None:
         """Validate the prefill/decode TFLite section in place (memory-mapped, not copied)."""
-        sec = self.find("TFLiteModel", model_type="tf_lite_prefill_decode") or \
-            self.find("TFLiteModel")
-        if sec is None:
-            raise _bad(self.path, "it holds no TFLiteModel section")
+        sec = self.tflite_section()
         with open(self.path, "rb") as f, \
                 mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
             view = memoryview(mapped)[sec.begin:sec.end]
@@ -144,6 +150,15 @@ class Container:
             return raw.decode("utf-8")
         except UnicodeDecodeError:
             raise _bad(self.path, "the tokenizer section is not UTF-8") from None
+
+    def sp_tokenizer_model(self) -> bytes | None:
+        """The serialized SentencePiece model of an SP_Tokenizer section, if there is one."""
+        sec = self.find("SP_Tokenizer")
+        if sec is None:
+            return None
+        if sec.size > _MAX_TOKENIZER:
+            raise _bad(self.path, f"the SentencePiece section claims {sec.size} bytes")
+        return self.read(sec)
 
     def llm_metadata(self) -> LlmMetadata:
         """The LlmMetadata proto (defaults when the container has none)."""
@@ -393,5 +408,25 @@ def check_tflite(path: str | os.PathLike[str]) -> int:
     return size
 
 
-__all__ = ["Container", "LlmMetadata", "Section", "check_tflite", "check_tflite_bytes",
-           "parse_llm_metadata", "read_container"]
+def container_tokenizer(container: Container) -> Tokenizer | None:
+    """The container's tokenizer: its HF ``tokenizer.json`` section, else its SentencePiece
+    section; None when it has neither."""
+    spec = container.hf_tokenizer_json()
+    if spec is not None:
+        return HFTokenizer(spec)
+    sp = container.sp_tokenizer_model()
+    if sp is not None:
+        return SPTokenizer(sp)
+    return None
+
+
+__all__ = [
+    "Container",
+    "LlmMetadata",
+    "Section",
+    "check_tflite",
+    "check_tflite_bytes",
+    "container_tokenizer",
+    "parse_llm_metadata",
+    "read_container",
+]

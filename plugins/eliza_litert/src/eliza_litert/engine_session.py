@@ -7,7 +7,8 @@ LiteRT-LM's Python API takes text and streams text, so this session translates:
   :class:`InvalidArgumentError` (the engine would otherwise see a different sequence). The
   engine opens every sequence with its start token itself: a leading start token in the ids is
   dropped before the text is made, and when it is missing the engine adds it anyway (one
-  context position is reserved for it); the start token anywhere else is refused.
+  context position is reserved for it); the start token anywhere else is passed as text like
+  any other token (ChatML's ``<|im_start|>`` opens every turn) and must round-trip too.
 * ``next()``: each streamed chunk (one per generated token on the engine's CPU path) is
   re-tokenized with the engine's tokenizer to give ids. When the engine stops by itself before
   the budget (it hit a stop token, which it does not emit) the stream ends with
@@ -51,10 +52,10 @@ from eliza_backends import (
     StreamConfig,
     UnsupportedOperationError,
 )
-from eliza_backends.hf_tokenizer import HFTokenizer
+from eliza_backends.tokenizer import Tokenizer
 
 from . import LiteRTOptions
-from .container import read_container
+from .container import container_tokenizer, read_container
 from .ladder import Rung
 
 
@@ -64,7 +65,7 @@ class LoadedEngine:
 
     path: Path
     engine: Any
-    tokenizer: HFTokenizer
+    tokenizer: Tokenizer
     info: ModelInfo
     eog: tuple[int, ...]  # the container's stop ids, in its order (the first is reported)
     max_tokens: int
@@ -98,13 +99,17 @@ def load_engine(path: Path, rung: Rung, threads: int | None, cache_dir: str | No
     _quiet_native_logs()
     container = read_container(path)
     container.check_tflite_section()  # the engine reads the model itself: check it first
+    tok = container_tokenizer(container)
+    if tok is None:
+        raise BundleError(f"{path} has no HF or SentencePiece tokenizer section; the engine "
+                          "session needs one to map ids to text (use session='interpreter' with "
+                          "a tokenizer file beside it)")
     spec = container.hf_tokenizer_json()
-    if spec is None:
-        raise BundleError(f"{path} has no HF tokenizer section; the engine session needs one to "
-                          "map ids to text (use session='interpreter' with a tokenizer.json)")
-    tok = HFTokenizer(spec)
-    added = {int(t["id"]): str(t["content"])
-             for t in json.loads(spec).get("added_tokens", []) if "id" in t and "content" in t}
+    if spec is not None:
+        added = {int(t["id"]): str(t["content"]) for t in json.loads(spec).get("added_tokens", [])
+                 if "id" in t and "content" in t}
+    else:  # SentencePiece: control pieces stand for themselves in the prompt text
+        added = {i: tok.token_text(i) or "" for i in tok.special_ids}
     meta = container.llm_metadata()
     bos = meta.start_token_ids[0] if meta.start_token_ids else (
         tok.token_id(meta.start_token_str) if meta.start_token_str else None)
@@ -229,23 +234,21 @@ class EngineSession(Session):
             # sequence so far is replayed on a fresh session
             self._stop_stream()
             self._reset()
-            if self._sequence:
-                self._run_prefill(list(self._sequence), check=False)
+            replay = list(self._sequence)
+            if replay and replay[0] == self.bos_token_id:
+                replay = replay[1:]  # the engine opens the sequence with it itself
+            if replay:
+                self._run_prefill(replay, check=False)
         ids = token_ids
         bos = self.bos_token_id
-        if not self._sequence and bos is not None and ids[0] == bos:
+        if not self._sequence and bos is not None and ids and ids[0] == bos:
             ids = ids[1:]  # the engine opens every sequence with its start token itself
-        if bos is not None and bos in ids:
-            raise InvalidArgumentError(
-                f"the start token ({bos}) may only open a sequence on the LiteRT-LM engine "
-                "session (the engine adds it itself); use session='interpreter' for arbitrary ids")
+        # anywhere else the start token is ordinary prompt text (ChatML's <|im_start|> opens
+        # every turn): it goes to the engine as text and must round-trip like any other id
         self._run_prefill(ids)
 
     def _run_prefill(self, ids: list[int], *, check: bool = True) -> None:
         """Give the engine ``ids`` (after the sequence it holds) as text."""
-        bos = self.bos_token_id
-        if bos is not None and ids and ids[0] == bos:
-            ids = ids[1:]
         text = self._text_of(ids, check=check)
         self._raise_if_cancelled()
         self._turn_tokens = 0

@@ -2,9 +2,10 @@
 
 :func:`load_model` checks the artifact (``.litertlm`` container or bare ``.tflite``), finds its
 tokenizer, reads the signatures (``prefill_<N>`` / ``decode``) and the KV cache layout, and
-builds ai-edge-litert's Interpreter (or CompiledModel). The facts about the model become a
-:class:`~eliza_backends.ModelInfo`. The interpreter is not thread-safe: every invoke holds
-:attr:`LoadedModel.lock`.
+builds ai-edge-litert's Interpreter (or CompiledModel) on a mapped file
+(:mod:`eliza_litert.model_files`: the weights are never copied into Python memory). The
+facts about the model become a :class:`~eliza_backends.ModelInfo`. The interpreter is not
+thread-safe: every invoke holds :attr:`LoadedModel.lock`.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ import numpy as np
 from ai_edge_litert.interpreter import Interpreter  # type: ignore[import-untyped]
 
 from eliza_backends import BundleError, InferenceContext, ModelInfo
-from eliza_backends.hf_tokenizer import HFTokenizer, find_hf_tokenizer, tokenizer_facts
+from eliza_backends.tokenizer import Tokenizer, find_tokenizer, load_tokenizer, tokenizer_facts
 
-from .container import LlmMetadata, check_tflite, read_container
+from .container import Container, LlmMetadata, check_tflite, container_tokenizer, read_container
+from .model_files import ModelFiles, model_files
 
 RUNTIME = f"ai-edge-litert {importlib.metadata.version('ai-edge-litert')}"
 
@@ -38,33 +40,38 @@ class LoadedModel:
     decode: Any
     cache_specs: dict[str, tuple[tuple[int, ...], Any]]
     cache_len: int
-    tokenizer: HFTokenizer
+    tokenizer: Tokenizer
     info: ModelInfo
     masks: Any  # [cache_len, cache_len] float32 causal rows
+    files: ModelFiles  # the mapped model file and XNNPACK's weight cache (owned)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def _find_tokenizer(path: Path, container_json: str | None) -> tuple[HFTokenizer, Path | None]:
-    """The tokenizer and the folder of its Hugging Face files (None when embedded)."""
-    if container_json is not None:
-        return HFTokenizer(container_json), None
+def _find_tokenizer(path: Path, container: Container | None) -> tuple[Tokenizer, Path | None]:
+    """The tokenizer and the folder of its Hugging Face files (None when embedded): the
+    container's own HF or SentencePiece section, else (for a bare ``.tflite``) the sibling
+    ``.litertlm``'s, else the bundle's tokenizer file
+    (:func:`~eliza_backends.tokenizer.find_tokenizer`)."""
+    if container is not None and (tok := container_tokenizer(container)) is not None:
+        return tok, None
     sibling = path.parent / f"{path.stem}.litertlm"
     if path.suffix == ".tflite" and sibling.is_file():
-        found = read_container(sibling).hf_tokenizer_json()
+        found = container_tokenizer(read_container(sibling))
         if found is not None:
-            return HFTokenizer(found), None
-    file = find_hf_tokenizer(path)
+            return found, None
+    file = find_tokenizer(path)
     if file is not None:
-        return HFTokenizer.from_file(file), file.parent
-    raise BundleError(f"no tokenizer for {path}: the .litertlm has no HF_Tokenizer_Zlib section "
-                      f"and neither {path.stem}.litertlm, {path.stem}.tokenizer.json, "
-                      "tokenizer.json nor a folder with one is beside it in text/")
+        return load_tokenizer(file), file.parent
+    raise BundleError(f"no tokenizer for {path}: it has no HF_Tokenizer_Zlib or SP_Tokenizer "
+                      f"section and neither {path.stem}.litertlm nor a tokenizer file "
+                      f"({path.stem}.tokenizer.json, tokenizer.json, {path.stem}.tokenizer."
+                      "model, tokenizer.model, or a folder with one) is beside it in text/")
 
 
-def _model_info(path: Path, tok: HFTokenizer, folder: Path | None, meta: LlmMetadata,
+def _model_info(path: Path, tok: Tokenizer, folder: Path | None, meta: LlmMetadata,
                 vocab: int) -> ModelInfo:
     """The container's start/stop tokens and template win; a bare .tflite takes the
-    tokenizer's own facts (:func:`~eliza_backends.hf_tokenizer.tokenizer_facts`)."""
+    tokenizer's own facts (:func:`~eliza_backends.tokenizer.tokenizer_facts`)."""
     facts = tokenizer_facts(tok, folder, vocab)
     bos: int | None = meta.start_token_ids[0] if meta.start_token_ids else None
     if bos is None and meta.start_token_str:
@@ -81,11 +88,12 @@ def _model_info(path: Path, tok: HFTokenizer, folder: Path | None, meta: LlmMeta
         artifact=path, runtime=RUNTIME, control_tokens=tok.control_texts)
 
 
-def _load_runtime(path: Path, model_bytes: bytes | None, runtime: str, threads: int,
+def _load_runtime(files: ModelFiles, runtime: str, threads: int,
                   accelerator: str) -> tuple[Any, dict[int, Any], Any, dict[str, Any],
                                              dict[str, Any]]:
     """(runtime object, prefill per length, decode, decode inputs, decode outputs); the
-    input/output details map names to ``{"shape": ..., "dtype": ...}``."""
+    input/output details map names to ``{"shape": ..., "dtype": ...}``. Both runtimes map
+    ``files.model``; the compiled one packs its weights into ``files.weight_cache``."""
     if runtime == "compiled":
         from ai_edge_litert.compiled_model import CompiledModel  # type: ignore[import-untyped]
         from ai_edge_litert.hardware_accelerator import (  # type: ignore[import-untyped]
@@ -98,19 +106,16 @@ def _load_runtime(path: Path, model_bytes: bytes | None, runtime: str, threads: 
             accel = HardwareAccelerator.GPU | HardwareAccelerator.CPU
         elif accelerator == "npu":
             accel = HardwareAccelerator.NPU | HardwareAccelerator.CPU
-        opts = Options(hardware_accelerators=accel, cpu_options=CpuOptions(num_threads=threads))
-        data = model_bytes if model_bytes is not None else path.read_bytes()
-        cm = CompiledModel.from_buffer(data, options=opts)
+        cpu = CpuOptions(num_threads=threads, xnnpack_weight_cache_path=str(files.weight_cache))
+        opts = Options(hardware_accelerators=accel, cpu_options=cpu)
+        cm = CompiledModel.from_file(str(files.model), options=opts)
         sigs = list(cm.get_signature_list())
         prefill = {int(n[8:]): n for n in sigs if n.startswith("prefill_") and n[8:].isdigit()}
         if not prefill or "decode" not in sigs:
             return cm, prefill, None, {}, {}
         return (cm, prefill, "decode", cm.get_input_tensor_details("decode"),
                 cm.get_output_tensor_details("decode"))
-    if model_bytes is not None:
-        it = Interpreter(model_content=model_bytes, num_threads=threads)
-    else:
-        it = Interpreter(model_path=str(path), num_threads=threads)
+    it = Interpreter(model_path=str(files.model), num_threads=threads)
     sigs = list(it.get_signature_list())
     prefill = {int(n[8:]): it.get_signature_runner(n) for n in sigs
                if n.startswith("prefill_") and n[8:].isdigit()}
@@ -129,31 +134,34 @@ def _physical_memory() -> int:
 
 
 def load_model(path: Path, threads: int, runtime: str = "interpreter",
-               accelerator: str = "cpu") -> LoadedModel:
-    """Check the artifact, extract the TFLite model and tokenizer, build the interpreter (or
-    the compiled model)."""
+               accelerator: str = "cpu", cache_dir: str | None = None) -> LoadedModel:
+    """Check the artifact, find the TFLite model and tokenizer, build the interpreter (or
+    the compiled model) on the mapped model. ``cache_dir``: where the ``.litertlm``'s model
+    copy and the weight cache go (:func:`~eliza_litert.model_files.model_files`); the
+    returned model owns what it makes there when it is None (:func:`close_model` frees it)."""
     meta = LlmMetadata()
-    container_json: str | None = None
+    container: Container | None = None
     if path.suffix.lower() == ".litertlm":
         container = read_container(path)
-        model_bytes: bytes | None = container.tflite_model()
-        container_json = container.hf_tokenizer_json()
+        container.check_tflite_section()
         meta = container.llm_metadata()
     else:
         check_tflite(path)
-        model_bytes = None
+    tok, folder = _find_tokenizer(path, container)
+    files = model_files(path, container, cache_dir)
     try:
-        tok, folder = _find_tokenizer(path, container_json)
-    except BundleError:
-        if path.suffix.lower() == ".litertlm" and container.find("SP_Tokenizer") is not None:
-            raise BundleError(f"{path} carries a SentencePiece tokenizer; this backend reads "
-                              "HF tokenizer.json (HF_Tokenizer_Zlib) only: put a tokenizer.json "
-                              "beside it or rebuild the container with the HF tokenizer") \
-                from None
+        return _build(path, files, tok, folder, meta, runtime, threads, accelerator)
+    except BaseException:
+        files.remove()
         raise
+
+
+def _build(path: Path, files: ModelFiles, tok: Tokenizer, folder: Path | None,
+           meta: LlmMetadata, runtime: str, threads: int, accelerator: str) -> LoadedModel:
+    """The runtime on ``files`` and the facts the session needs (the rest of load_model)."""
     try:
-        it, prefill, decode, inputs, outputs = _load_runtime(path, model_bytes, runtime,
-                                                             threads, accelerator)
+        it, prefill, decode, inputs, outputs = _load_runtime(files, runtime, threads,
+                                                             accelerator)
     except (ValueError, RuntimeError) as exc:
         raise BundleError(f"ai-edge-litert cannot load {path}: {exc}") from None
     if not prefill or decode is None:
@@ -180,7 +188,14 @@ def load_model(path: Path, threads: int, runtime: str = "interpreter",
     return LoadedModel(path=path, runtime=runtime, interpreter=it, prefill=prefill,
                        decode=decode, cache_specs=cache_specs, cache_len=cache_len,
                        tokenizer=tok, info=_model_info(path, tok, folder, meta, vocab),
-                       masks=masks)
+                       masks=masks, files=files)
+
+
+def close_model(model: LoadedModel) -> None:
+    """Drop the runtime and remove the temporary files the model owns."""
+    model.interpreter = model.decode = None
+    model.prefill = {}
+    model.files.remove()
 
 
 def default_threads() -> int:
@@ -192,10 +207,13 @@ def default_threads() -> int:
 
 
 def shared_model(context: InferenceContext, path: Path, threads: int, runtime: str,
-                 accelerator: str) -> LoadedModel:
-    """The model of ``path`` on ``context``: loaded on first use, then shared."""
-    key = ("litert-lm", runtime, str(path), threads, accelerator)
-    return context.shared(key, lambda: load_model(path, threads, runtime, accelerator))
+                 accelerator: str, cache_dir: str | None = None) -> LoadedModel:
+    """The model of ``path`` on ``context``: loaded on first use, then shared; closed with the
+    context."""
+    key = ("litert-lm", runtime, str(path), threads, accelerator, cache_dir)
+    return context.shared(key, lambda: load_model(path, threads, runtime, accelerator,
+                                                  cache_dir), close_model)
 
 
-__all__ = ["RUNTIME", "LoadedModel", "default_threads", "load_model", "shared_model"]
+__all__ = ["RUNTIME", "LoadedModel", "close_model", "default_threads", "load_model",
+           "shared_model"]

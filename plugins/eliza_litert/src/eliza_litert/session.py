@@ -86,7 +86,7 @@ class LiteRTSession(Session):
     def capabilities(self) -> Capabilities:
         return Capabilities(token_input=True, prefix_reuse=True, slots=True,
                             cancel_prefill=False, sampling=True,
-                            drafters=frozenset({"none", "ngram"}))
+                            drafters=frozenset({"none", "ngram"}), logits=True)
 
     # ------------------------------------------------------------------ model calls
 
@@ -160,6 +160,15 @@ class LiteRTSession(Session):
             if sampler.greedy:
                 return int(self._logits.argmax())
             return sampler.sample(self._logits)
+
+        guide = self._guide
+        if guide is not None:  # the core's logits hook, then the same sampler
+            def sample(out: list[int]) -> int:
+                row = guide.process(np.array(self._logits, dtype=np.float32).reshape(-1))
+                recent = list(history[-window:]) if window > 0 else []
+                tok = sampler.sample(row, recent + out if window >= 0 else ())
+                guide.accept(tok)
+                return tok
 
         return Decoded(self._cursor.decode(max_tokens, self._feed_pending, sample,
                                            self._stop_tokens, self._raise_if_cancelled))

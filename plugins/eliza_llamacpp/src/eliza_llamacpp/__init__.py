@@ -12,6 +12,7 @@ import importlib.util
 import sys
 from functools import cached_property
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,6 +43,13 @@ class LlamaCppOptions(BaseModel):
         None, description="Map the weights (True) or read them (False); None lets llama.cpp "
         "decide for the device (its default).")
     n_ubatch: int | None = Field(None, ge=1, description="Physical batch size (default: batch).")
+    flash_attention: Literal["off", "on", "auto"] = Field(
+        "off", description="llama.cpp's flash attention: off (the default, as in "
+        "llama-cpp-python's Llama, which gives the same greedy tokens at the same setting), on, "
+        "or auto (llama.cpp's own choice per device). Measured on a 2-core x86 CPU with "
+        "benchmarks/bench_flash_attention.py: neither is reliably faster at short contexts "
+        "(docs/guides/bring-your-own-model.md); on quantized files the settings can pick "
+        "different tokens where top logits nearly tie.")
     extra_buffers: bool | None = Field(
         None, description="llama.cpp's extra CPU buffer types (AMX / repacked weights). Default: "
         "on, except on CPUs with AMX, where llama-cpp-python 0.3.36's AMX matmul segfaults on "
@@ -98,8 +106,9 @@ class LlamaCppFactory(Factory):
         from .model import shared_model
 
         path = self.draft_artifact(context.bundle_dir, config)
-        model = shared_model(context, path, self.parse_options(config))
-        return DraftModel(model, target.vocab_size, config)
+        options: LlamaCppOptions = self.parse_options(config)
+        model = shared_model(context, path, options)
+        return DraftModel(model, target.vocab_size, config, options)
 
 
 @hookimpl

@@ -15,15 +15,18 @@ import llama_cpp as lc
 from eliza_backends import BackendRuntimeError, StreamConfig
 from eliza_backends.speculative import ModelDrafter
 
+from . import LlamaCppOptions
 from .model import LoadedModel, fill_batch, new_context, one_token_batch
 
 
 class DraftModel(ModelDrafter):
     """Greedy drafts from a small model sharing the target's vocabulary."""
 
-    def __init__(self, model: LoadedModel, n_vocab_target: int, config: StreamConfig) -> None:
+    def __init__(self, model: LoadedModel, n_vocab_target: int, config: StreamConfig,
+                 options: LlamaCppOptions) -> None:
         super().__init__(model.path.name, model.info.vocab_size, n_vocab_target)
-        self._ctx: Any = new_context(model, config, None, "the draft model's context")
+        self._ctx: Any = new_context(model, config, "the draft model's context",
+                                     flash_attention=options.flash_attention)
         self._mem = lc.llama_get_memory(self._ctx)
         self._n_batch = lc.llama_n_batch(self._ctx)
         self._batch = lc.llama_batch_init(self._n_batch, 0, 1)

@@ -38,6 +38,8 @@ _LOG_LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging
 _last_level = [logging.DEBUG]
 #: Token attributes ``llama_tokenize`` matches in text only when ``parse_special`` is on.
 _PARSED_SPECIAL = lc.LLAMA_TOKEN_ATTR_CONTROL | lc.LLAMA_TOKEN_ATTR_UNKNOWN
+_FLASH_ATTN = {"off": lc.LLAMA_FLASH_ATTN_TYPE_DISABLED, "on": lc.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+               "auto": lc.LLAMA_FLASH_ATTN_TYPE_AUTO}
 
 
 @lc.llama_log_callback  # type: ignore[untyped-decorator]
@@ -219,9 +221,12 @@ def default_threads() -> int:
         return os.cpu_count() or 1
 
 
-def new_context(model: LoadedModel, config: StreamConfig, n_ubatch: int | None,
-                what: str) -> Any:
-    """A ``llama_context`` on ``model`` for one sequence, sized by ``config``."""
+def new_context(model: LoadedModel, config: StreamConfig, what: str, *,
+                n_ubatch: int | None = None,
+                flash_attention: Literal["off", "on", "auto"] = "off") -> Any:
+    """A ``llama_context`` on ``model`` for one sequence, sized by ``config``, with
+    ``n_ubatch`` (default: the batch size) and flash attention (see
+    :attr:`LlamaCppOptions.flash_attention`); ``what`` names it in the error message."""
     threads = config.threads or default_threads()
     params = lc.llama_context_default_params()
     params.n_ctx = config.context_size
@@ -230,6 +235,7 @@ def new_context(model: LoadedModel, config: StreamConfig, n_ubatch: int | None,
     params.n_seq_max = 1
     params.n_threads = params.n_threads_batch = threads
     params.no_perf = True
+    params.flash_attn_type = _FLASH_ATTN[flash_attention]
     ctx = model_checks.new_context(model.ptr, params, model.path)
     if not ctx:
         raise BackendRuntimeError(

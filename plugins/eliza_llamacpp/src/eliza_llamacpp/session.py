@@ -4,6 +4,12 @@ One ``llama_context`` per session (its own KV cache, sequence 0), one sampler ch
 the :class:`StreamConfig`, and the weights shared through the :class:`InferenceContext`
 (:mod:`eliza_llamacpp.model`).
 
+Greedy decoding without a repeat penalty reads the token straight off the logits (numpy
+``argmax`` over ``llama_get_logits_ith``, the first maximum, as llama.cpp's greedy sampler picks):
+the sampler chain builds a candidate array of the whole vocabulary per token, measured
+0.45 ms a token on SmolLM2's 49k vocabulary and 2.7 ms on Gemma 3's 262k (argmax: 0.01-0.15 ms;
+benchmarks/bench_llamacpp.py shows the effect).
+
 Decoding is lazy by one token (:class:`~eliza_backends.kv_cursor.KVCursor`): the last sampled
 token is fed to the model at the start of the next step, so a step of n tokens costs n samples
 and n decodes, and the first token after a prefill is sampled straight from the prefill's
@@ -56,13 +62,16 @@ class LlamaCppSession(Session):
         self._sampler: Any = None
         self._batch: Any = None
         self._one: Any = None
-        ctx = new_context(model, config, options.n_ubatch, "a context")
+        ctx = new_context(model, config, "a context", n_ubatch=options.n_ubatch,
+                          flash_attention=options.flash_attention)
         self._ctx = ctx
         self._mem = lc.llama_get_memory(ctx)
         self._n_batch = lc.llama_n_batch(ctx)
         self._batch = lc.llama_batch_init(self._n_batch, 0, 1)
         self._one = one_token_batch()
         self._sampler = self._build_sampler(config)
+        # the chain is exactly llama.cpp's greedy sampler then: the argmax gives its token
+        self._argmax = config.greedy and config.repeat_penalty == 1.0
         self._cursor = KVCursor()
         super().__init__(config, context, model.info, context_size=lc.llama_n_ctx(ctx),
                          drafter=drafter)
@@ -74,7 +83,7 @@ class LlamaCppSession(Session):
     def capabilities(self) -> Capabilities:
         return Capabilities(token_input=True, prefix_reuse=True, slots=True,
                             cancel_prefill=True, sampling=True,
-                            drafters=frozenset({"none", "ngram", "model"}))
+                            drafters=frozenset({"none", "ngram", "model"}), logits=True)
 
     # ------------------------------------------------------------------ hooks
 
@@ -140,12 +149,30 @@ class LlamaCppSession(Session):
         return self._speculate(max_tokens, self._verify, draft_length=draft_length,
                                after=first.tokens)
 
+    def _sample_at(self, i: int) -> int:
+        """The token for output row ``i`` of the last decode (-1: the last row)."""
+        if self._argmax:
+            logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(self._ctx, i),
+                                           shape=(self.vocab_size,))
+            return int(logits.argmax())
+        tok: int = lc.llama_sampler_sample(self._sampler, self._ctx, i)
+        return tok
+
     def _decode_plain(self, max_tokens: int) -> Decoded:
-        smpl, ctx = self._sampler, self._ctx
+        sample_at, ctx, guide = self._sample_at, self._ctx, self._guide
 
         def sample(_out: list[int]) -> int:
-            tok: int = lc.llama_sampler_sample(smpl, ctx, -1)
-            return tok
+            return sample_at(-1)
+
+        if guide is not None:  # the core's logits hook: masked in place, then sampled as usual
+            n_vocab = self.vocab_size
+
+            def sample(_out: list[int]) -> int:
+                guide.process(np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, -1),
+                                                    shape=(n_vocab,)))
+                tok = sample_at(-1)
+                guide.accept(tok)
+                return tok
 
         return Decoded(self._cursor.decode(max_tokens, self._feed_pending, sample,
                                        self._stop_tokens, self._raise_if_cancelled))
@@ -175,11 +202,7 @@ class LlamaCppSession(Session):
             self._check_decode(status)
         sampler = self._spec_sampler
         if sampler is None:
-            def target(i: int) -> int:
-                tok: int = lc.llama_sampler_sample(self._sampler, ctx, i)
-                return tok
-
-            produced, n_ok = accept_greedy(drafts, target, self._ends_generation)
+            produced, n_ok = accept_greedy(drafts, self._sample_at, self._ends_generation)
         else:
             n_vocab, recent = self.vocab_size, self.config.repeat_last_n
             window = list(seq[len(seq) - recent:])
@@ -197,6 +220,38 @@ class LlamaCppSession(Session):
         kv.n_kv = keep
         kv.pending = [produced[-1]]
         return produced, n_ok
+
+    def _batch_cost(self, max_n: int) -> list[float] | None:
+        """Time ``llama_decode`` over n = 1..max_n copies of the pending token at the free
+        positions after the cache (logits for all), dropping them after each call. The sizes
+        take turns (1, 2, .. max_n, 1, 2, ..; one unmeasured turn first) so that a busy spell
+        on a shared machine hits every size alike, and each size keeps its fastest of 4 (the
+        minimum is the cost, the rest is other work). The curve is made non-decreasing (a
+        batch never costs less than a shorter one)."""
+        import time
+
+        kv, batch, ctx = self._cursor, self._batch, self._ctx
+        max_n = min(max_n, self._n_batch, self.context_size - kv.n_kv)
+        if max_n < 2 or not kv.pending:
+            return None
+        best = [float("inf")] * max_n
+        try:
+            for turn in range(5):
+                for n in range(1, max_n + 1):
+                    fill_batch(batch, [kv.pending[0]] * n, kv.n_kv, "all")
+                    t0 = time.perf_counter()
+                    status = lc.llama_decode(ctx, batch)
+                    dt = time.perf_counter() - t0
+                    lc.llama_memory_seq_rm(self._mem, 0, kv.n_kv, -1)
+                    if status:
+                        return None
+                    if turn:
+                        best[n - 1] = min(best[n - 1], dt)
+        finally:
+            lc.llama_memory_seq_rm(self._mem, 0, kv.n_kv, -1)
+        for i in range(1, max_n):
+            best[i] = max(best[i], best[i - 1])
+        return best
 
     def _reset(self) -> None:
         if self._spec_sampler is not None:

@@ -13,11 +13,11 @@ served, told apart by the model description:
   ``logits`` ``(1, T, vocab)``, no state: every step recomputes the whole sequence (correct,
   O(n^2); the context is capped at the input's upper bound).
 
-The tokenizer is a Hugging Face ``tokenizer.json`` found by the core's
-:func:`~eliza_backends.hf_tokenizer.find_hf_tokenizer` (inside the model, ``text/<stem>.tokenizer
-.json``, ``text/tokenizer.json``, or the bundle's MLX folder), with its end tokens, BOS and chat
-template from :func:`~eliza_backends.hf_tokenizer.tokenizer_facts`: the same as the MLX session
-and LiteRT read for the same bundle. Sampling uses the core's numpy
+The tokenizer is a Hugging Face ``tokenizer.json`` (or a SentencePiece ``tokenizer.model``)
+found by the core's :func:`~eliza_backends.tokenizer.find_tokenizer` (inside the model,
+``text/<stem>.tokenizer.json``, ``text/tokenizer.json``, or the bundle's MLX folder), with
+its end tokens, BOS and chat template from :func:`~eliza_backends.tokenizer.tokenizer_facts`:
+the same as the MLX session and LiteRT read for the same bundle. Sampling uses the core's numpy
 :class:`~eliza_backends.sampling.Sampler` (Core ML-only hosts need not have mlx). Slots are not
 supported (``capabilities.slots`` is False).
 """
@@ -42,8 +42,8 @@ from eliza_backends import (
     StreamConfig,
     UnsupportedOperationError,
 )
-from eliza_backends.hf_tokenizer import HFTokenizer, find_hf_tokenizer, tokenizer_facts
 from eliza_backends.sampling import Sampler
+from eliza_backends.tokenizer import Tokenizer, find_tokenizer, load_tokenizer, tokenizer_facts
 
 from . import MLXOptions
 
@@ -51,13 +51,14 @@ _UNITS = {"all": "ALL", "cpu_only": "CPU_ONLY", "cpu_and_gpu": "CPU_AND_GPU",
           "cpu_and_ne": "CPU_AND_NE"}
 
 
-def _load_tokenizer(path: Path) -> tuple[HFTokenizer, ModelInfo]:
+def _load_tokenizer(path: Path) -> tuple[Tokenizer, ModelInfo]:
     """The bundle's tokenizer for the model at ``path`` and the model's facts."""
-    found = find_hf_tokenizer(path)
+    found = find_tokenizer(path)
     if found is None:
-        raise BundleError(f"no tokenizer.json for {path.name}: put it at text/{path.stem}"
-                          ".tokenizer.json or text/tokenizer.json")
-    tok = HFTokenizer.from_file(found)
+        raise BundleError(f"no tokenizer for {path.name}: put a tokenizer.json (or a "
+                          f"SentencePiece tokenizer.model) at text/{path.stem}.tokenizer.json "
+                          "or text/tokenizer.json")
+    tok = load_tokenizer(found)
     facts = tokenizer_facts(tok, found.parent, tok.vocab_size)
     return tok, ModelInfo(vocab_size=tok.vocab_size, eog_token_ids=facts.eog,
                           bos_token_id=facts.bos if facts.add_bos else None,
@@ -90,8 +91,10 @@ def read_layout(path: Path) -> Layout:
     inputs = {i.name: i for i in desc.input}
     outputs = [o.name for o in desc.output]
     logits = "logits" if "logits" in outputs else (outputs[0] if outputs else "logits")
-    if len(desc.state) > 0:
-        return Layout(stateful=True, logits_output=logits)
+    if len(desc.state) > 0:  # the KV state's length (its next-to-last axis) caps the context
+        shape = list(desc.state[0].type.stateType.arrayType.shape)
+        return Layout(stateful=True, logits_output=logits,
+                      max_length=int(shape[-2]) if len(shape) >= 2 else None)
     ids = next((n for n in ("input_ids", "inputIds", "tokens") if n in inputs),
                next(iter(inputs), "input_ids"))
     upper: int | None = None
@@ -112,7 +115,7 @@ def open_session(context: InferenceContext, config: StreamConfig, options: MLXOp
         raise UnsupportedOperationError("Core ML sessions do not support speculative drafters")
     units = getattr(ct.ComputeUnit, _UNITS[options.compute_units])
 
-    def load() -> tuple[Any, HFTokenizer, ModelInfo, Layout]:
+    def load() -> tuple[Any, Tokenizer, ModelInfo, Layout]:
         tokenizer, info = _load_tokenizer(path)
         layout = read_layout(path)
         try:
@@ -134,7 +137,7 @@ class CoreMLSession(Session):
 
     backend_name = "mlx-coreml"
 
-    def __init__(self, model: Any, tokenizer: HFTokenizer, info: ModelInfo, layout: Layout,
+    def __init__(self, model: Any, tokenizer: Tokenizer, info: ModelInfo, layout: Layout,
                  config: StreamConfig, context: InferenceContext | None) -> None:
         self._model = model
         self._tok = tokenizer

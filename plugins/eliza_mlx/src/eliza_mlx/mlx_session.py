@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import mlx.core as mx  # type: ignore[import-not-found,unused-ignore]
+import numpy as np
 from mlx_lm.models.cache import (  # type: ignore[import-not-found,unused-ignore]
     can_trim_prompt_cache,
     load_prompt_cache,
@@ -132,7 +133,8 @@ class MLXSession(Session):
     def capabilities(self) -> Capabilities:
         drafters = {"none", "ngram", "model"} if self._trimmable else {"none"}
         return Capabilities(token_input=True, prefix_reuse=True, slots=True,
-                            cancel_prefill=False, sampling=True, drafters=frozenset(drafters))
+                            cancel_prefill=False, sampling=True, drafters=frozenset(drafters),
+                            logits=True)
 
     # ------------------------------------------------------------------ sampling
 
@@ -192,6 +194,11 @@ class MLXSession(Session):
                     return
                 out = model(mx.array(last, dtype=mx.uint32)[None], cache=cache)
                 self._n_kv += 1
+                if self._guide is not None:  # the guided path samples from masked logits
+                    self._logits, self._y = out[:, -1, :], None
+                    mx.eval(self._logits)
+                    self._pending = None
+                    return
                 tail = self._tail(history + token_ids) if self._processors else None
                 self._launch(out[:, -1, :], tail)
                 if self._trimmable:  # queue the first token's forward pass now, as
@@ -232,6 +239,8 @@ class MLXSession(Session):
 
     @on_mlx_thread
     def _decode(self, max_tokens: int) -> Decoded:
+        if self._guide is not None:
+            return self._decode_guided(max_tokens)
         if self._drafter is not None:
             return self._decode_speculative(max_tokens)
         out: list[int] = []
@@ -262,6 +271,45 @@ class MLXSession(Session):
                     self._launch(logits, tail)
                     tok = y.item()
                 out.append(tok)
+                if not self._n_kv & 255:
+                    mx.clear_cache()  # as generate_step, every 256 tokens
+                if tok in stops:
+                    break
+        return Decoded(out)
+
+    def _decode_guided(self, max_tokens: int) -> Decoded:
+        """Decoding through the core's logits hook (a constraint, logprobs): lazy by one, as
+        the llama.cpp session. Each step feeds the pending token, queues its forward pass,
+        computes the constraint's next mask while it runs, then masks the logits on the host
+        and samples them with the session's own sampler; the sampled token stays pending."""
+        guide = self._guide
+        assert guide is not None
+        self._undo_ahead()
+        if self._stale:
+            raise BackendRuntimeError("the MLX prompt cache was lost by an interrupted call; "
+                                      "call reset() before decoding again")
+        model, cache, stops = self._model, self._cache, self._stop_tokens
+        processors = bool(self._processors)
+        out: list[int] = []
+        with mx.stream(COMPUTE_STREAM):
+            for i in range(max_tokens):
+                if i:
+                    self._raise_if_cancelled()
+                if self._pending is not None:
+                    logits = model(mx.array([self._pending], dtype=mx.uint32)[None],
+                                   cache=cache)[:, -1, :]
+                    mx.async_eval(logits)  # type: ignore[no-untyped-call,unused-ignore]
+                    self._n_kv += 1
+                    self._pending = None
+                    self._logits = logits
+                guide.prepare()  # the mask, while the forward pass runs
+                row = guide.process(np.array(self._logits[0].astype(mx.float32)))
+                tail = self._tail([*self._sequence, *out]) if processors else None
+                self._launch(mx.array(row)[None], tail)
+                tok = cast(int, self._y.item())
+                guide.accept(tok)
+                out.append(tok)
+                self._pending, self._y, self._logits = tok, None, None
                 if not self._n_kv & 255:
                     mx.clear_cache()  # as generate_step, every 256 tokens
                 if tok in stops:

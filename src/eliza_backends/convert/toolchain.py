@@ -1,0 +1,137 @@
+"""The converter's tool-time dependencies: which are installed, their versions, and the
+error that says what to install when one is missing.
+
+The heavy tools (torch, transformers, litert-torch, coremltools) are never needed to install,
+import or test eliza-backends: ``pip install 'eliza-backends[convert]'`` brings them, pinned
+(``scripts/install-convert.sh`` makes a separate ``.venv-convert`` from the repo's files).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+from ..errors import ElizaError, Status
+
+EXTRA = "convert"
+
+#: format -> (import name, distribution) pairs it needs
+NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
+    "hf": (("gguf", "gguf"), ("safetensors", "safetensors"), ("numpy", "numpy"),
+           ("sentencepiece", "sentencepiece")),
+    "gguf": (("gguf", "gguf"), ("llama_cpp", "llama-cpp-python")),
+    "mlx": (("mlx_lm", "mlx-lm"),),
+    "litert": (("litert_lm_builder", "litert-lm-builder"),),
+    "coreml": (("coremltools", "coremltools"), ("torch", "torch"),
+               ("transformers", "transformers")),
+    "verify": (("torch", "torch"), ("transformers", "transformers")),
+}
+
+#: distributions whose versions key the conversion cache
+VERSIONED = ("gguf", "llama-cpp-python", "safetensors", "sentencepiece", "tokenizers", "mlx",
+             "mlx-lm", "torch", "transformers", "litert-lm-builder",
+             "ai-edge-litert", "litert-lm-api", "coremltools", "numpy")
+
+
+class MissingToolError(ElizaError):
+    """A converter tool is not installed (``ELIZA_ERR_BACKEND_UNAVAILABLE``)."""
+
+    default_code = Status.ERR_BACKEND_UNAVAILABLE
+
+
+def missing(what: str) -> list[str]:
+    """Distributions ``what`` (a key of :data:`NEEDS`) needs that are not installed."""
+    return [dist for module, dist in NEEDS[what] if importlib.util.find_spec(module) is None]
+
+
+def litert_torch_python() -> str | None:
+    """The interpreter that runs litert-torch's exporter: ``$ELIZA_LITERT_TORCH_PYTHON``, the
+    venv ``scripts/install-convert.sh`` recorded beside this one, or this interpreter when
+    litert-torch is importable here; None when there is none."""
+    env = os.environ.get("ELIZA_LITERT_TORCH_PYTHON")
+    if env:
+        return env
+    recorded = Path(sys.prefix) / "eliza-litert-torch-venv"
+    if recorded.is_file():
+        py = Path(recorded.read_text().strip()) / "bin" / "python"
+        if py.is_file():
+            return str(py)
+    if importlib.util.find_spec("litert_torch") is not None:
+        return sys.executable
+    return None
+
+
+def litert_torch_version(python: str) -> str:
+    """litert-torch's version in ``python`` (keys the LiteRT stage cache)."""
+    import subprocess
+
+    code = "import importlib.metadata as m; print(m.version('litert-torch'))"
+    done = subprocess.run([python, "-c", code], capture_output=True, text=True, check=False)
+    return done.stdout.strip() or "-"
+
+
+def require(what: str) -> None:
+    """Raise :class:`MissingToolError` naming the extra to install if ``what`` cannot run."""
+    absent = missing(what)
+    if what == "litert" and litert_torch_python() is None:
+        absent.append("litert-torch (its own venv: pip install -r requirements-litert-torch.txt"
+                      ", then set ELIZA_LITERT_TORCH_PYTHON)")
+    if absent:
+        raise MissingToolError(
+            f"converting to {what} needs {', '.join(absent)}, which are not installed here: "
+            f"pip install 'eliza-backends[{EXTRA}]' (from a clone: bash "
+            "scripts/install-convert.sh, then run .venv-convert/bin/eliza-backends)")
+
+
+def can_make(what: str) -> bool:
+    """True when every tool ``what`` needs is installed (found, not imported)."""
+    return not missing(what) and (what != "litert" or litert_torch_python() is not None)
+
+
+def versions() -> dict[str, str]:
+    """Installed versions of the tools that shape a conversion's output."""
+    out = {}
+    for dist in VERSIONED:
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            out[dist] = "-"
+    return out
+
+
+def code_hash(*modules: str) -> str:
+    """sha256 of the named modules of this package (all of them when none is named): a stage
+    keyed by the code it runs is redone when that code changes, and only then."""
+    h = hashlib.sha256()
+    here = Path(__file__).parent
+    paths = [here / f"{m}.py" for m in modules] if modules else sorted(here.glob("*.py"))
+    for path in paths:
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+__all__ = ["EXTRA", "MissingToolError", "can_make", "code_hash", "missing", "require",
+           "versions"]
+
+
+def runtime_code_hash() -> str:
+    """sha256 of the core's and the installed plugins' source (verification results depend on
+    the serving code, so a change re-runs ``--verify``)."""
+    import eliza_backends
+
+    h = hashlib.sha256()
+    roots = [Path(eliza_backends.__file__).parent]
+    for name in ("eliza_llamacpp", "eliza_litert", "eliza_mlx"):
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations:
+            roots.append(Path(next(iter(spec.submodule_search_locations))))
+    for root in roots:
+        for path in sorted(root.rglob("*.py")):
+            h.update(path.relative_to(root).as_posix().encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()

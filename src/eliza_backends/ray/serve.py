@@ -1,0 +1,193 @@
+"""The OpenAI-compatible server on Ray Serve: :func:`deployment` and :func:`app_builder`.
+
+    from ray import serve
+    from eliza_backends.ray.serve import deployment
+
+    serve.run(deployment("examples/bundles/tiny", num_replicas=2, sessions=2))
+    # http://127.0.0.1:8000/v1 answers the official openai client
+
+or from the command line, with Ray Serve's own CLI (arguments as ``key=value``, see
+:class:`ServeArgs`)::
+
+    serve run eliza_backends.ray.serve:app_builder bundle=/models/tiny num_replicas=2
+
+Each replica (:class:`OpenAIReplica`) is one Ray actor process running exactly what
+``eliza-backends serve`` runs: a :class:`~eliza_backends.server.SessionPool` (its own model load,
+``sessions`` concurrent generations, a bounded queue) under the Starlette app of
+:func:`~eliza_backends.server.create_app`, so routes, error bodies and streaming are the same.
+Ray Serve's proxy routes requests to replicas and scales them (``num_replicas``, or
+``autoscaling_config``); ``max_ongoing_requests`` defaults to what a pool accepts (its sessions
+plus its queue), so Serve queues the rest instead of the pool answering 429.
+
+Every response carries ``x-eliza-backend`` (the backend this replica selected: hosts can
+differ) and ``x-eliza-replica`` (``host/pid``); ``/health`` says the same. A replica whose
+pool is shutting down fails Serve's health check, and a replica's ``__del__`` (Serve's
+graceful shutdown) drains its pool and frees the model. A replica that dies mid-request loses
+that request's connection (the client sees a 5xx or a dropped connection and, like the
+``openai`` client, retries it); Serve replaces the replica.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from ray import serve
+from ray.serve import Application
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..completions import model_name
+from ..config import StreamConfig
+from ..server.app import create_app
+from ..server.pool import SessionPool
+from .resources import worker_config
+
+log = logging.getLogger("eliza_backends.ray.serve")
+
+
+class ReplicaHeaders:
+    """ASGI middleware: adds ``x-eliza-backend`` and ``x-eliza-replica`` to every response."""
+
+    def __init__(self, app: ASGIApp, backend: str, replica: str) -> None:
+        self.app = app
+        self.headers = [(b"x-eliza-backend", backend.encode()),
+                        (b"x-eliza-replica", replica.encode())]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *self.headers]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+@serve.ingress()
+class OpenAIReplica:
+    """One Serve replica: a :class:`SessionPool` over ``bundle`` (loaded and opened in the
+    constructor, so a bundle that cannot be served fails the replica at start with its
+    ``ELIZA_*`` error) behind the OpenAI app. ``config`` (a :class:`StreamConfig` or its
+    fields), ``sessions``, ``queue``, ``backend`` and ``model`` are ``eliza-backends serve``'s.
+    """
+
+    def __init__(self, bundle: str, *, config: StreamConfig | Mapping[str, Any] | None = None,
+                 sessions: int = 1, queue: int | None = None, backend: str | None = None,
+                 model: str | None = None, grace: float = 10.0) -> None:
+        self.model = model or model_name(bundle)
+        self.replica = f"{socket.gethostname()}/{os.getpid()}"
+        self.grace = grace
+        self.pool = SessionPool(bundle, worker_config(config, sessions), sessions=sessions,
+                                max_queue=queue, backend=backend)
+        self.pool.open()
+        log.info("replica %s: model %s on %s, %d sessions, queue %d", self.replica, self.model,
+                 self.pool.backend, sessions, self.pool.max_queue)
+
+    def __serve_build_asgi_app__(self) -> ASGIApp:
+        """Serve's hook: the app this replica serves (called once, after the constructor)."""
+        return ReplicaHeaders(create_app(self.pool, model=self.model), self.pool.backend,
+                              self.replica)
+
+    def describe(self) -> dict[str, Any]:
+        """Which model, backend and process this replica is (for a deployment handle)."""
+        return {"model": self.model, "backend": self.pool.backend, "replica": self.replica,
+                **self.pool.stats().to_dict()}
+
+    def check_health(self) -> None:
+        """Serve's health check: fails once the pool is draining."""
+        if self.pool.draining:
+            raise RuntimeError(f"replica {self.replica} is shutting down")
+
+    async def __del__(self) -> None:
+        """Serve's graceful shutdown: stop taking requests, give running generations
+        ``grace`` seconds, free the sessions and the model."""
+        import asyncio
+
+        self.pool.begin_shutdown(self.grace)
+        deadline = asyncio.get_running_loop().time() + self.grace + 1
+        while self.pool.stats().busy and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
+        self.pool.close()
+
+
+class ServeArgs(BaseModel):
+    """The arguments of :func:`app_builder` (``serve run ... key=value``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    bundle: str = Field(description="The bundle directory (a path every node can read).")
+    num_replicas: int = Field(2, ge=1, description="Fixed replica count (unless autoscale).")
+    autoscale: bool = Field(False, description="Autoscale between min_replicas and "
+                            "max_replicas instead of num_replicas.")
+    min_replicas: int = Field(1, ge=0, description="Autoscaling: fewest replicas.")
+    max_replicas: int = Field(4, ge=1, description="Autoscaling: most replicas.")
+    target_ongoing_requests: float = Field(
+        2.0, gt=0, description="Autoscaling: requests per replica it aims at.")
+    sessions: int = Field(1, ge=1, description="Concurrent generations per replica.")
+    queue: int | None = Field(None, ge=0, description="Requests waiting per replica "
+                              "(default 4 * sessions).")
+    num_cpus: float = Field(1.0, gt=0, description="CPUs each replica reserves; its sessions "
+                            "share that many threads unless config says threads.")
+    backend: str | None = Field(None, description="A hard backend request (default: each "
+                                "replica selects its own).")
+    model: str | None = Field(None, description="The model id clients use (default: the "
+                              "bundle's name).")
+    context_size: int | None = Field(None, ge=16, description="KV window per session.")
+    name: str = Field("eliza", description="The Serve deployment's name.")
+
+
+def deployment(bundle: str | os.PathLike[str], *, num_replicas: int | None = 2,
+               autoscaling_config: Mapping[str, Any] | None = None, sessions: int = 1,
+               queue: int | None = None, num_cpus: float = 1.0,
+               config: StreamConfig | Mapping[str, Any] | None = None,
+               backend: str | None = None, model: str | None = None, grace: float = 10.0,
+               name: str = "eliza", max_ongoing_requests: int | None = None,
+               **options: Any) -> Application:
+    """A Serve application of the OpenAI server over ``bundle``, for ``serve.run``.
+
+    ``num_replicas`` fixed replicas, or ``autoscaling_config`` (Serve's dict:
+    ``min_replicas``, ``max_replicas``, ``target_ongoing_requests``...; ``num_replicas`` is
+    then ignored). Each replica reserves ``num_cpus`` CPUs and opens ``sessions`` sessions
+    sharing that many compute threads (unless ``config`` says ``threads``), with ``queue``
+    more requests waiting. ``max_ongoing_requests`` (default ``sessions + queue``) is how many
+    requests Serve sends one replica at once. ``options``: any other option of
+    ``serve.deployment`` (``health_check_period_s``, ``ray_actor_options``...)."""
+    waiting = 4 * sessions if queue is None else queue
+    actor_options = {"num_cpus": num_cpus, **options.pop("ray_actor_options", {})}
+    scaling: dict[str, Any] = ({"autoscaling_config": dict(autoscaling_config)}
+                               if autoscaling_config is not None
+                               else {"num_replicas": num_replicas})
+    replica = serve.deployment(
+        name=name, max_ongoing_requests=max_ongoing_requests or sessions + waiting,
+        ray_actor_options=actor_options, **scaling, **options)(OpenAIReplica)
+    app: Application = replica.bind(str(Path(bundle).resolve()), config=config,
+                                    sessions=sessions, queue=waiting, backend=backend,
+                                    model=model, grace=grace)
+    return app
+
+
+def app_builder(args: ServeArgs | Mapping[str, Any]) -> Application:
+    """Ray Serve's application builder: ``serve run eliza_backends.ray.serve:app_builder
+    bundle=PATH [num_replicas=N | autoscale=true min_replicas=.. max_replicas=..] ...``.
+    ``args``: a :class:`ServeArgs`, or the ``key=value`` strings Serve's CLI (or a config
+    file's ``args``) passes, validated into one (an unknown key is an error)."""
+    args = args if isinstance(args, ServeArgs) else ServeArgs.model_validate(dict(args))
+    autoscaling = None if not args.autoscale else {
+        "min_replicas": args.min_replicas, "max_replicas": args.max_replicas,
+        "target_ongoing_requests": args.target_ongoing_requests}
+    config = {"context_size": args.context_size} if args.context_size else None
+    return deployment(args.bundle, num_replicas=args.num_replicas,
+                      autoscaling_config=autoscaling, sessions=args.sessions, queue=args.queue,
+                      num_cpus=args.num_cpus, config=config, backend=args.backend,
+                      model=args.model, name=args.name)
+
+
+__all__ = ["OpenAIReplica", "ReplicaHeaders", "ServeArgs", "app_builder", "deployment"]

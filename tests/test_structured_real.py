@@ -1,0 +1,155 @@
+"""Structured output on the real models, through every backend with logits that serves each
+bundle: every constraint of :mod:`structured_cases` gives the same bytes on every backend and
+satisfies its constraint (jsonschema for the schemas); logprobs agree to 1e-3 (identical f32
+weights); SmolLM2's tool calls for a three-tool request validate against the tools' schemas.
+
+Bundles come from ``ELIZA_REAL_BUNDLES`` (folders separated by ``os.pathsep``): the real-model
+tier's converted bundles (every Linux format at f32, identical weights). A bundle with one
+backend (a llama.cpp-only GGUF bundle) still checks validity and tool calls. Without the
+variable the tests skip, saying so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from structured_cases import cases, check
+
+from eliza_backends import InferenceContext, chat_completion, list_backends, open_stream, select
+from eliza_backends.errors import ElizaError
+from eliza_backends.logits import OutputSpec
+
+pytest.importorskip("llguidance")
+
+ENV = "ELIZA_REAL_BUNDLES"
+CASES = cases()
+#: backend -> options; the LiteRT-LM engine session has no logits (it refuses)
+VARIANTS: dict[str, dict[str, Any]] = {
+    "llama.cpp": {}, "mlx": {}, "litert-lm": {"litert-lm": {"session": "interpreter"}}}
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "Current weather in a city",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string", "maxLength": 40},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+            "required": ["city", "unit"], "additionalProperties": False}}},
+    {"type": "function", "function": {
+        "name": "add", "description": "Add two numbers",
+        "parameters": {"type": "object", "properties": {
+            "a": {"type": "number"}, "b": {"type": "number"}},
+            "required": ["a", "b"], "additionalProperties": False}}},
+    {"type": "function", "function": {
+        "name": "search", "description": "Search the web",
+        "parameters": {"type": "object", "properties": {
+            "query": {"type": "string", "maxLength": 60},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 10}},
+            "required": ["query"], "additionalProperties": False}}},
+]
+QUESTIONS = ["What is the weather in Paris?", "What is 2 plus 3?",
+             "Find recent news about Mars."]
+
+
+def _bundles() -> list[Path]:
+    return [Path(p) for p in os.environ.get(ENV, "").split(os.pathsep) if p]
+
+
+def _backends(bundle: Path) -> list[str]:
+    out = []
+    for info in list_backends():
+        if info.available and info.name in VARIANTS:
+            try:
+                select(bundle, backend=info.name)
+            except ElizaError:
+                continue
+            out.append(info.name)
+    return out
+
+
+BUNDLES = _bundles()
+pytestmark = pytest.mark.skipif(not BUNDLES, reason=f"no real bundles: set {ENV} (the real "
+                                "tier's converted bundles, or any GGUF bundle)")
+
+
+def _prompt(stream: Any) -> None:
+    if stream.session.chat_template:
+        stream.prefill_messages([{"role": "user", "content": "Reply with the data asked for."}])
+    else:
+        stream.prefill("Here is the answer, as asked:")
+
+
+@pytest.fixture(scope="module")
+def outputs() -> dict[tuple[str, str], dict[str, str]]:
+    """(bundle, case) -> backend -> text (greedy; 96 tokens at most)."""
+    out: dict[tuple[str, str], dict[str, str]] = {}
+    for bundle in BUNDLES:
+        for backend in _backends(bundle):
+            with InferenceContext(bundle) as ctx:
+                for case, constraint in CASES.items():
+                    with open_stream(ctx, backend=backend, options=VARIANTS[backend],
+                                     max_tokens=96, context_size=512) as stream:
+                        stream.session.set_output(OutputSpec(constraint))
+                        _prompt(stream)
+                        steps = list(stream)
+                    assert steps[-1].finish_reason == "eos", (bundle, backend, case)
+                    out.setdefault((bundle.name, case), {})[backend] = "".join(
+                        s.text for s in steps)
+    return out
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_same_valid_text_on_every_backend(case: str,
+                                          outputs: dict[tuple[str, str], dict[str, str]]) -> None:
+    for bundle in BUNDLES:
+        got = outputs[(bundle.name, case)]
+        assert len(set(got.values())) == 1, (bundle.name, got)
+        check(case, next(iter(got.values())))
+
+
+def test_logprobs_agree_to_1e_3() -> None:
+    worst = 0.0
+    for bundle in BUNDLES:
+        rows = {}
+        for backend in _backends(bundle):
+            with open_stream(bundle, backend=backend, options=VARIANTS[backend], max_tokens=24,
+                             ignore_eos=True, top_logprobs=5, context_size=512) as stream:
+                _prompt(stream)
+                rows[backend] = [e for s in stream for e in (s.logprobs or ())]
+        ref = next(iter(rows.values()))
+        for got in rows.values():
+            assert [e.token for e in got] == [e.token for e in ref]
+            for e, r in zip(got, ref, strict=True):
+                assert [t.token for t in e.top] == [t.token for t in r.top]
+                worst = max(worst, abs(e.logprob - r.logprob),
+                            *(abs(a.logprob - b.logprob) for a, b in zip(e.top, r.top,
+                                                                         strict=True)))
+    print(f"max logprob difference across backends: {worst:.2e}")
+    assert worst <= 1e-3
+
+
+def test_smollm2_tool_calls_are_valid() -> None:
+    import jsonschema
+
+    chat = [b for b in BUNDLES if "smol" in b.name.lower()]
+    if not chat:
+        pytest.skip("no SmolLM2 bundle among the real bundles")
+    params = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+    for bundle in chat:
+        for backend in _backends(bundle):
+            calls = []
+            for question in QUESTIONS:
+                reply = chat_completion(bundle, [{"role": "user", "content": question}],
+                                        backend=backend, config={"options": VARIANTS[backend],
+                                                                 "context_size": 1024},
+                                        tools=TOOLS, tool_choice="required",
+                                        parallel_tool_calls=False, max_tokens=96)
+                choice = reply.choices[0]
+                assert choice.finish_reason == "tool_calls", (backend, choice)
+                for call in choice.message.tool_calls or []:
+                    jsonschema.validate(json.loads(call.function.arguments),
+                                        params[call.function.name])
+                    calls.append((call.function.name, call.function.arguments))
+            assert len(calls) == len(QUESTIONS)
