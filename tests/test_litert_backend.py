@@ -589,10 +589,10 @@ def test_an_accelerator_that_cannot_load_the_model_is_not_a_bundle_error(
     monkeypatch.setattr(eliza_litert, "real_host", lambda env: gpu_host)
     real_load = lm.load_model
 
-    def no_gpu(path, threads, runtime="interpreter", accelerator="cpu"):  # type: ignore[no-untyped-def]
+    def no_gpu(path, threads, runtime="interpreter", accelerator="cpu", *rest):  # type: ignore[no-untyped-def]
         if accelerator == "gpu":
             raise BundleError(f"ai-edge-litert cannot load {path}: GPU delegate failed (fake)")
-        return real_load(path, threads, runtime, accelerator)
+        return real_load(path, threads, runtime, accelerator, *rest)
 
     monkeypatch.setattr(lm, "load_model", no_gpu)
     compiled = {"litert-lm": {"session": "interpreter", "runtime": "compiled"}}
