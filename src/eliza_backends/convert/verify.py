@@ -140,28 +140,32 @@ def score_artifact(root: Path, backend: str, options: dict[str, Any],
     decode_seconds = 0.0
     first: dict[str, Any] | None = None
     context = max(1024, -(-longest // 256) * 256)
+    # the LiteRT-LM engine ends its turn at a stop token itself (and refuses ignore_eos)
+    engine = options.get("litert-lm", {}).get("session") == "engine"
     with open_stream(root, backend=backend, options=options, max_tokens=N_TOKENS,
-                     temperature=0.0, ignore_eos=True, context_size=context,
+                     temperature=0.0, ignore_eos=not engine, context_size=context,
                      threads=threads) as stream:
         for name, ids in prompts:
             want = ref[name]["ids"]
             # prompts sharing a prefix (the long ones are cuts of one text) reuse its KV
             stream.prefill_reusing(ids)
             got: list[int] = []
+            ended = False
             t0 = time.perf_counter()
             for step in stream:
                 got += step.tokens
+                ended = step.finish_reason == "eos"
             decode_seconds += time.perf_counter() - t0
             decode_tokens += len(got)
             got = got[:N_TOKENS]
-            # a backend that stops at an end token (the LiteRT-LM engine) reports one of the
-            # model's end ids: the reference's token there must be an end token too
-            pairs = enumerate(zip(got, want, strict=False))
-            same = [a == b or (backend == "litert-lm" and a in eog and b in eog
-                               and i == len(got) - 1) for i, (a, b) in pairs]
+            same = [a == b for a, b in zip(got, want, strict=False)]
             div = same.index(False) if False in same else len(got)
-            n_cmp = len(got) if div == len(got) and len(got) < N_TOKENS and got and \
-                got[-1] in eog else N_TOKENS
+            n_cmp = N_TOKENS
+            if engine and ended and div == len(got) < N_TOKENS:
+                # the engine stopped at an end token it does not report: compared up to and
+                # including that position, where the reference must hold an end token too
+                n_cmp = len(got) + 1
+                div += want[len(got)] in eog
             compared += n_cmp
             greedy += div
             tf_ok = div
