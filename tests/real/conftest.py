@@ -2,10 +2,11 @@
 with ``eliza-backends bundle convert --verify`` into every Linux format at float32.
 
 Runs when ``ELIZA_REAL_MODELS=1`` (opt-in; ``.ci/run`` does not set it yet), after
-``scripts/install-convert.sh`` made the converter environment ``.venv-convert``; otherwise every test here is skipped with
-that reason. With ``ELIZA_REAL_MODELS=1`` a missing converter environment is a failure, not a
-skip. Conversion is cached by content hash (source sha256, tool versions, converter code) in
-``$ELIZA_CACHE_DIR`` (default ``~/.cache/eliza-backends``), so a second run only re-checks.
+``scripts/install-convert.sh`` made the converter environment ``.venv-convert``; otherwise
+every test here is skipped with that reason. With ``ELIZA_REAL_MODELS=1`` a missing converter
+environment is a failure, not a skip. Conversion is cached by content hash (source sha256, tool
+versions, converter code) in ``$ELIZA_CACHE_DIR`` (default ``~/.cache/eliza-backends``), so a
+second run only re-checks.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ THREADS = int(os.environ.get("ELIZA_REAL_THREADS", "1"))
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if ENABLED:
         return
-    skip = pytest.mark.skip(reason="real-model tier: set ELIZA_REAL_MODELS=1 (after scripts/install-convert.sh)")
+    skip = pytest.mark.skip(reason="real-model tier: set ELIZA_REAL_MODELS=1 "
+                            "(after scripts/install-convert.sh)")
     for item in items:
         if "tests/real/" in item.nodeid.replace("\\", "/"):
             item.add_marker(skip)
