@@ -19,14 +19,12 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from eliza_backends.slots import cache_dir as slots_cache_dir
+
 
 def cache_dir() -> Path:
     """Where fetched wheels, models and converted bundles live (outside the repo)."""
-    env = os.environ.get("ELIZA_CACHE_DIR")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "eliza-backends"
+    return slots_cache_dir()
 
 
 @dataclass(frozen=True)

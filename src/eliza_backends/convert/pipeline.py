@@ -50,12 +50,11 @@ _TOOLS = {"gguf": "gguf", "mlx": "mlx", "litert": "litert", "coreml": "coreml"}
 
 
 def default_cache_dir() -> Path:
-    """``$ELIZA_CACHE_DIR`` or ``$XDG_CACHE_HOME/eliza-backends`` (``~/.cache/...``)."""
-    env = os.environ.get("ELIZA_CACHE_DIR")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "eliza-backends"
+    """``$ELIZA_CACHE_DIR`` or ``$XDG_CACHE_HOME/eliza-backends`` (``~/.cache/...``): the one
+    cache root of :func:`eliza_backends.slots.cache_dir`."""
+    from ..slots import cache_dir
+
+    return cache_dir()
 
 
 @dataclass(frozen=True)
