@@ -34,7 +34,10 @@ from eliza_backends import (
 
 TINY_BUNDLE = Path(__file__).resolve().parent.parent / "examples" / "bundles" / "tiny"
 EXPECTED = (SessionClosedError, CancelledError)
-#: Delays (seconds) between the operation starting and the close, tried in turn, then random.
+#: When the close comes, as a fraction of the operation's measured length: tried in turn, then
+#: random (fixed delays missed LiteRT's calls on a faster machine: they ended first)
+FRACTIONS = (0.0, 0.05, 0.2, 0.4, 0.7)
+#: Delays (seconds) for the close of a context a session is being opened on
 DELAYS = (0.0, 2e-4, 1e-3, 4e-3, 1.2e-2)
 LONG_TEXT = "the quick brown fox jumps over the lazy dog, " * 2000
 #: About 400 tokens of the tiny model: fits the 512-token context with room to decode.
@@ -145,13 +148,25 @@ class Driver:
             self.unexpected.append(f"{name} / {closer} (delay {delay:g}s): {outcome}")
         self.cases += 1
 
+    def measure(self, setup: Callable[[Stream], None], op: Callable[[Stream], Any]) -> float:
+        """Seconds ``op`` takes after ``setup`` on a fresh stream, with no close."""
+        stream = self.open(self.shared)
+        setup(stream)
+        t0 = time.perf_counter()
+        op(stream)
+        elapsed = time.perf_counter() - t0
+        stream.close()
+        return elapsed
+
     def run(self, seconds: float) -> dict[str, Any]:
         ops = self.operations()
+        lengths = {name: self.measure(setup, op) for name, (setup, op) in ops.items()}
         deadline = time.monotonic() + seconds
         rounds = 0
-        while time.monotonic() < deadline or rounds < len(DELAYS):
-            delay = DELAYS[rounds] if rounds < len(DELAYS) else self.rng.uniform(0, 0.02)
+        while time.monotonic() < deadline or rounds < len(FRACTIONS):
+            fraction = FRACTIONS[rounds] if rounds < len(FRACTIONS) else self.rng.uniform(0, 1)
             for name, (setup, op) in ops.items():
+                delay = fraction * lengths[name]
                 stream = self.open(self.shared)
                 setup(stream)
                 self.race(name, "Stream.close", lambda s=stream, o=op: o(s), stream.close,
@@ -169,7 +184,8 @@ class Driver:
             context = InferenceContext(TINY_BUNDLE)
             self.open(context).close()  # the weights are loaded: open only makes a session
             self.race("open_stream(context)", "InferenceContext.close",
-                      lambda c=context: self.open(c).prefill(self.short), context.close, delay)
+                      lambda c=context: self.open(c).prefill(self.short), context.close,
+                      DELAYS[rounds % len(DELAYS)])
             rounds += 1
         self.shared.close()
         return {"backend": self.backend, "cases": self.cases, "rounds": rounds,
@@ -180,6 +196,7 @@ class Driver:
 def main() -> None:
     backend, options, seconds, seed = sys.argv[1], json.loads(sys.argv[2]), float(
         sys.argv[3]), int(sys.argv[4])
+    sys.setswitchinterval(1e-4)  # hand the GIL over often: the closer thread lands mid-call
     report = Driver(backend, options, seed).run(seconds)
     sys.stdout.write("RESULT " + json.dumps(report) + "\n")
     sys.stdout.flush()

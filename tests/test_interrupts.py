@@ -286,7 +286,11 @@ def test_generate_exits_130_on_ctrl_c() -> None:
         codes.append((round(delay, 2), proc.returncode,
                       err.strip().splitlines()[-1] if err.strip() else ""))
     print(f"load {load:.2f}s, load+prefill {full:.2f}s: {codes}")
-    bad = [c for c in codes if c[1] not in (130, 0) or "error:" in c[2]]
+    # 130, or killed by the SIGINT itself (-2: the shell shows 130 too) when it lands after
+    # Python's finalization put the default handler back; 0 when it lands after the exit.
+    # Never an error line or a KeyboardInterrupt traceback.
+    bad = [c for c in codes if c[1] not in (130, -signal.SIGINT, 0) or "error:" in c[2]
+           or c[2].startswith("KeyboardInterrupt")]
     assert not bad, bad
     assert sum(c[1] == 130 for c in codes) >= 6, codes
 

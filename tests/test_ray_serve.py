@@ -5,6 +5,8 @@ One Ray session (2 CPUs) and one Serve application serve the whole module."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import threading
 import time
@@ -105,11 +107,27 @@ def _replica_actors() -> list[Any]:
     return [ray.get_actor(name, namespace="serve") for name in names]
 
 
+def _freeze_until_a_request_is_stuck(pid: int, in_flight: dict[int, float]) -> bool:
+    """SIGSTOP the replica process ``pid`` and wait until a client request has been in flight
+    for 1 s (normal ones take ~20 ms: it sits on the frozen replica). True with the replica
+    still frozen; False (after SIGCONT) if none got stuck within 5 s."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        now = time.monotonic()
+        if any(now - t > 1.0 for t in list(in_flight.values())):
+            return True
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGCONT)
+    return False
+
+
 def test_killing_a_replica_mid_run_loses_no_retried_request(
         served: str, expected: dict[str, str | None]) -> None:
-    """4 clients send 40 requests in all; a replica is killed while requests run on it. The
-    failed attempts come back as 5xx or dropped connections, the ``openai`` client retries
-    them, and every request ends with the right answer."""
+    """4 clients send requests until told to stop; one replica is frozen until a request sits on
+    it, then killed (a crashed replica, not a graceful shutdown). The requests it held come back
+    as 5xx or dropped connections, the ``openai`` client retries them, and every request ends
+    with the right answer."""
     sent: list[str] = []
     errors: list[int] = []
 
@@ -121,32 +139,54 @@ def test_killing_a_replica_mid_run_loses_no_retried_request(
                                      "response": [note]}, timeout=60)
     client = openai.OpenAI(base_url=served, api_key="unused", max_retries=8, timeout=60,
                            http_client=http)
-    answers: dict[int, str | None] = {}
+    answers: list[tuple[str, str | None]] = []
+    replicas: set[str] = set()
+    in_flight: dict[int, float] = {}  # worker -> when its current request started
     failures: list[BaseException] = []
-    started = threading.Event()
+    stop = threading.Event()
 
-    def worker(offset: int) -> None:
+    def worker(k: int) -> None:
         try:
-            for i in range(offset, 40, 4):
-                answers[i] = ask(client, QUESTIONS[i % len(QUESTIONS)])[0]
-                started.set()
+            i = k
+            while not stop.is_set():
+                question = QUESTIONS[i % len(QUESTIONS)]
+                in_flight[k] = time.monotonic()
+                answer, _, replica = ask(client, question)
+                del in_flight[k]
+                answers.append((question, answer))
+                replicas.add(replica)
+                i += 4
         except BaseException as exc:
             failures.append(exc)
 
     threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
     for thread in threads:
         thread.start()
-    assert started.wait(60)
-    time.sleep(0.3)  # every client has a request in flight
-    victims = _replica_actors()
-    assert len(victims) == 2
-    ray.kill(victims[0], no_restart=True)
-    for thread in threads:
-        thread.join(180)
+    try:
+        deadline = time.monotonic() + 60
+        while len(replicas) < 2 and time.monotonic() < deadline and not failures:
+            time.sleep(0.05)
+        assert len(replicas) == 2, (replicas, failures)
+        victim = int(sorted(replicas)[0].rsplit("/", 1)[1])
+        for _ in range(10):
+            if _freeze_until_a_request_is_stuck(victim, in_flight):
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("no request reached the frozen replica in 10 tries")
+        before = len(answers)
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 120
+        while len(answers) < before + 20 and time.monotonic() < deadline and not failures:
+            time.sleep(0.05)  # the retried requests and more are answered by the survivor
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(180)
     assert not failures, failures
-    assert sorted(answers) == list(range(40))
-    for i, answer in answers.items():
-        assert answer == expected[QUESTIONS[i % len(QUESTIONS)]], i
+    assert len(answers) >= before + 20
+    for question, answer in answers:
+        assert answer == expected[question], question
     # Serve replaces the killed replica
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
@@ -156,5 +196,6 @@ def test_killing_a_replica_mid_run_loses_no_retried_request(
         time.sleep(1)
     else:
         pytest.fail(f"Serve did not replace the killed replica: {status}")
-    # the kill hit accepted requests: some attempts failed (5xx or a dropped connection)
-    assert len(sent) > 40, (len(sent), errors)
+    # the kill hit accepted requests: their attempts failed (5xx or a dropped connection) and
+    # were sent again
+    assert len(sent) > len(answers), (len(sent), len(answers), errors)
