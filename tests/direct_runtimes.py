@@ -56,9 +56,10 @@ def direct_llama(**kwargs: Any) -> Any:
 
 
 @lru_cache(maxsize=4)
-def _llama(gguf_path: str, n_ctx: int):
+def _llama(gguf_path: str, n_ctx: int, kv_type: int | None = None, flash_attn: bool = False):
     import llama_cpp
 
+    kv = {} if kv_type is None else {"type_k": kv_type, "type_v": kv_type}
     return llama_cpp.Llama(
         model_path=gguf_path,
         n_ctx=n_ctx,
@@ -66,20 +67,24 @@ def _llama(gguf_path: str, n_ctx: int):
         n_threads=1,
         n_threads_batch=1,
         logits_all=False,
+        flash_attn=flash_attn,
         verbose=False,
+        **kv,
     )
 
 
 def llamacpp_greedy(
-    gguf_path: str | os.PathLike[str], prompt_ids: Sequence[int], n: int, *, n_ctx: int = 512
+    gguf_path: str | os.PathLike[str], prompt_ids: Sequence[int], n: int, *, n_ctx: int = 512,
+    kv_type: int | None = None, flash_attn: bool = False,
 ) -> list[int]:
-    """``n`` greedy token ids after ``prompt_ids`` (which already hold BOS), via llama-cpp-python.
+    """``n`` greedy token ids after ``prompt_ids`` (which already hold BOS), via llama-cpp-python
+    (``kv_type``: the KV cache's ggml type, default llama.cpp's f16).
 
     Argmax over the float logits of each step; no stop on EOS/EOG.
     """
     import numpy as np
 
-    llm = _llama(os.fspath(gguf_path), n_ctx)
+    llm = _llama(os.fspath(gguf_path), n_ctx, kv_type, flash_attn)
     if len(prompt_ids) + n > n_ctx:
         raise ValueError(f"{len(prompt_ids)} prompt + {n} new tokens exceed n_ctx={n_ctx}")
     import llama_cpp

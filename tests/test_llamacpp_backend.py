@@ -22,6 +22,7 @@ from eliza_backends import (
     CancelledError,
     Factory,
     InferenceContext,
+    InvalidArgumentError,
     SlotError,
     StreamConfig,
     open_stream,
@@ -52,6 +53,32 @@ def test_seam_equals_llama_cpp_used_directly() -> None:
             stream.prefill(case["prompt_ids"])
             got = [t for step in stream for t in step.tokens]
         assert got == llamacpp_greedy(gguf, case["prompt_ids"], n)
+
+
+@pytest.mark.parametrize(("kv", "flash"), [("f32", "off"), ("q8_0", "on")])
+def test_kv_cache_type_equals_llama_cpp_used_directly(kv: str, flash: str) -> None:
+    """``kv_cache_type`` is llama.cpp's own type_k/type_v: the same greedy tokens as
+    ``llama_cpp.Llama`` with that cache, on a prompt where they differ from the default f16
+    cache's (so the option is not ignored)."""
+    import llama_cpp
+    from direct_runtimes import llamacpp_greedy
+
+    ggml = {"f32": llama_cpp.GGML_TYPE_F32, "q8_0": llama_cpp.GGML_TYPE_Q8_0}[kv]
+    gguf = TINY_BUNDLE / "text" / "tiny-f16.gguf"
+    options = {"llama.cpp": {"kv_cache_type": kv, "flash_attention": flash}}
+    with open_stream(TINY_BUNDLE, backend="llama.cpp", options=options, max_tokens=32,
+                     ignore_eos=True, threads=1) as stream:
+        ids = stream.session.tokenize("the quick brown fox jumps over the lazy dog " * 8)
+        stream.prefill(ids)
+        got = [t for step in stream for t in step.tokens]
+    assert got == llamacpp_greedy(gguf, ids, 32, kv_type=ggml, flash_attn=flash == "on")
+    assert got != llamacpp_greedy(gguf, ids, 32)
+
+
+def test_quantized_kv_cache_without_flash_attention_is_refused() -> None:
+    with pytest.raises(InvalidArgumentError, match="needs flash_attention"):
+        open_stream(TINY_BUNDLE, backend="llama.cpp",
+                    options={"llama.cpp": {"kv_cache_type": "q8_0"}})
 
 
 def test_text_prompt_tokenizes_like_the_oracle() -> None:

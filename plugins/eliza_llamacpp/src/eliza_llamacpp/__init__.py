@@ -14,7 +14,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from eliza_backends import (
     Availability,
@@ -50,10 +50,23 @@ class LlamaCppOptions(BaseModel):
         "benchmarks/bench_flash_attention.py: neither is reliably faster at short contexts "
         "(docs/guides/bring-your-own-model.md); on quantized files the settings can pick "
         "different tokens where top logits nearly tie.")
+    kv_cache_type: Literal["f16", "f32", "q8_0"] = Field(
+        "f16", description="Element type of the KV cache: f16 (llama.cpp's default), f32 (twice "
+        "the memory; what MLX and LiteRT keep, so an f32 GGUF's logprobs then agree with theirs "
+        "to ~1e-4 instead of ~1e-2), or q8_0 (half of f16; needs flash_attention on or auto, "
+        "as llama.cpp quantizes the V cache only with it).")
     extra_buffers: bool | None = Field(
         None, description="llama.cpp's extra CPU buffer types (AMX / repacked weights). Default: "
         "on, except on CPUs with AMX, where llama-cpp-python 0.3.36's AMX matmul segfaults on "
         "Q4_0 weights.")
+
+
+    @model_validator(mode="after")
+    def _quantized_cache_needs_flash_attention(self) -> LlamaCppOptions:
+        if self.kv_cache_type == "q8_0" and self.flash_attention == "off":
+            raise ValueError("kv_cache_type 'q8_0' needs flash_attention 'on' or 'auto' "
+                             "(llama.cpp quantizes the V cache only with flash attention)")
+        return self
 
 
 class LlamaCppFactory(Factory):

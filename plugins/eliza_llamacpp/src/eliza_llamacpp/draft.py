@@ -26,7 +26,8 @@ class DraftModel(ModelDrafter):
                  options: LlamaCppOptions) -> None:
         super().__init__(model.path.name, model.info.vocab_size, n_vocab_target)
         self._ctx: Any = new_context(model, config, "the draft model's context",
-                                     flash_attention=options.flash_attention)
+                                     flash_attention=options.flash_attention,
+                                     kv_cache_type=options.kv_cache_type)
         self._mem = lc.llama_get_memory(self._ctx)
         self._n_batch = lc.llama_n_batch(self._ctx)
         self._batch = lc.llama_batch_init(self._n_batch, 0, 1)

@@ -40,6 +40,7 @@ _last_level = [logging.DEBUG]
 _PARSED_SPECIAL = lc.LLAMA_TOKEN_ATTR_CONTROL | lc.LLAMA_TOKEN_ATTR_UNKNOWN
 _FLASH_ATTN = {"off": lc.LLAMA_FLASH_ATTN_TYPE_DISABLED, "on": lc.LLAMA_FLASH_ATTN_TYPE_ENABLED,
                "auto": lc.LLAMA_FLASH_ATTN_TYPE_AUTO}
+_KV_TYPES = {"f16": lc.GGML_TYPE_F16, "f32": lc.GGML_TYPE_F32, "q8_0": lc.GGML_TYPE_Q8_0}
 
 
 @lc.llama_log_callback  # type: ignore[untyped-decorator]
@@ -223,10 +224,11 @@ def default_threads() -> int:
 
 def new_context(model: LoadedModel, config: StreamConfig, what: str, *,
                 n_ubatch: int | None = None,
-                flash_attention: Literal["off", "on", "auto"] = "off") -> Any:
+                flash_attention: Literal["off", "on", "auto"] = "off",
+                kv_cache_type: Literal["f16", "f32", "q8_0"] = "f16") -> Any:
     """A ``llama_context`` on ``model`` for one sequence, sized by ``config``, with
-    ``n_ubatch`` (default: the batch size) and flash attention (see
-    :attr:`LlamaCppOptions.flash_attention`); ``what`` names it in the error message."""
+    ``n_ubatch`` (default: the batch size), flash attention and the KV cache's element type
+    (see :class:`LlamaCppOptions`); ``what`` names it in the error message."""
     threads = config.threads or default_threads()
     params = lc.llama_context_default_params()
     params.n_ctx = config.context_size
@@ -236,6 +238,7 @@ def new_context(model: LoadedModel, config: StreamConfig, what: str, *,
     params.n_threads = params.n_threads_batch = threads
     params.no_perf = True
     params.flash_attn_type = _FLASH_ATTN[flash_attention]
+    params.type_k = params.type_v = _KV_TYPES[kv_cache_type]
     ctx = model_checks.new_context(model.ptr, params, model.path)
     if not ctx:
         raise BackendRuntimeError(

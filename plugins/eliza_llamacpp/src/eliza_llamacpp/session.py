@@ -63,7 +63,8 @@ class LlamaCppSession(Session):
         self._batch: Any = None
         self._one: Any = None
         ctx = new_context(model, config, "a context", n_ubatch=options.n_ubatch,
-                          flash_attention=options.flash_attention)
+                          flash_attention=options.flash_attention,
+                          kv_cache_type=options.kv_cache_type)
         self._ctx = ctx
         self._mem = lc.llama_get_memory(ctx)
         self._n_batch = lc.llama_n_batch(ctx)
