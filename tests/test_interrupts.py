@@ -337,3 +337,41 @@ def test_deferral_is_a_no_op_off_the_main_thread_and_for_ignored_sigint() -> Non
     finally:
         signal.signal(signal.SIGINT, previous)
     signal.signal(signal.SIGINT, inherited)
+
+
+def test_ctrl_c_in_a_llama_cpp_load_stops_the_load_before_it_surfaces() -> None:
+    """Ctrl-C while a model loads on llama.cpp's contained thread: the load is told to stop (its
+    progress callback returns False) and ``KeyboardInterrupt`` reaches the caller only once the
+    loading thread is out of llama.cpp. (It used to surface at once; the process then exited
+    under a thread still inside llama.cpp: "pure virtual method called", SIGSEGV, or a hang.)"""
+    pytest.importorskip("llama_cpp")
+    import threading
+
+    from eliza_llamacpp import native_guard
+
+    polls: list[bool] = []
+    finished = threading.Event()
+
+    def slow_load() -> str:  # stands in for llama_model_load_from_file's progress reports
+        try:
+            for _ in range(400):
+                polls.append(native_guard.keep_going())
+                if not polls[-1]:
+                    return "stopped"
+                time.sleep(0.005)
+            return "loaded"
+        finally:
+            finished.set()
+
+    released: list[str] = []
+    timer = threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT))  # a real Ctrl-C
+    timer.start()
+    t0 = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        native_guard.contained(slow_load, release=released.append)
+    elapsed = time.perf_counter() - t0
+    timer.join()
+    assert finished.is_set()  # the worker was out before the interrupt surfaced
+    assert polls[-1] is False and polls.count(False) == 1  # it was told to stop, and stopped
+    assert released == ["stopped"]  # what it returned was released, not leaked
+    assert elapsed < 1.5, elapsed  # stopped early: the whole "load" would take 2 s

@@ -137,6 +137,12 @@ def _most_telling(lines: list[str]) -> str | None:
     return None
 
 
+@lc.llama_progress_callback  # type: ignore[untyped-decorator]
+def _keep_loading(progress: float, user_data: Any) -> bool:
+    """llama.cpp's load progress callback (on the loading thread): False stops the load."""
+    return native_guard.keep_going()
+
+
 def _load_native(path: Path, options: LlamaCppOptions) -> LoadedModel:
     """Everything that reads the file's values natively (runs on the contained thread), in
     O(metadata keys) native calls: no per-vocabulary-entry scan."""
@@ -146,6 +152,7 @@ def _load_native(path: Path, options: LlamaCppOptions) -> LoadedModel:
         params.load_mode = lc.LLAMA_LOAD_MODE_MMAP if options.use_mmap else \
             lc.LLAMA_LOAD_MODE_NONE
     params.use_extra_bufts = use_extra_buffers(options)
+    params.progress_callback = _keep_loading  # an interrupted caller stops the load
     ptr = lc.llama_model_load_from_file(str(path).encode(), params)
     if not ptr:
         said = _most_telling(native_guard.logged()) or "unsupported architecture or corrupted " \

@@ -192,7 +192,8 @@ def contained(fn: Callable[[], T], *, name: str = "load",
 
     If a native abort happens on that thread, raise :class:`NativeAbort` with llama.cpp's
     message instead of letting it end the process. ``release`` frees a result the caller never
-    received (it was interrupted, e.g. by KeyboardInterrupt, while waiting).
+    received (it was interrupted, e.g. by KeyboardInterrupt, while waiting: the interrupt is
+    raised once the worker stopped, which ``fn`` hastens by polling :func:`keep_going`).
     """
     install()
     call: _Call[T] = _Call(fn, release)
@@ -203,12 +204,24 @@ def contained(fn: Callable[[], T], *, name: str = "load",
     except BaseException:
         with call.lock:
             call.abandoned = True
+        # the load stops at its next progress report (:func:`keep_going`): wait for that, so
+        # the process never exits (running C++ static destructors) or frees the backend under a
+        # thread still inside llama.cpp: that crashed ("pure virtual method called", SIGSEGV)
+        # or hung when Ctrl-C landed in a load. A second interrupt stops the wait.
+        call.done.wait()
         raise
     if call.abort_message is not None:
         raise NativeAbort(call.abort_message, call.log_lines, call.stage)
     if call.error is not None:
         raise call.error
     return call.result  # type: ignore[return-value]
+
+
+def keep_going() -> bool:
+    """False when the contained call running on this thread was abandoned (its caller was
+    interrupted): llama.cpp's load progress callback returns it, so the load stops early."""
+    call = _guarded.get(threading.get_ident())
+    return call is None or not call.abandoned
 
 
 def note(line: str) -> None:
