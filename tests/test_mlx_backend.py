@@ -13,6 +13,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import TINY_BUNDLE
@@ -588,3 +589,46 @@ def test_untrimmable_cache_offers_no_drafter(monkeypatch: pytest.MonkeyPatch) ->
         assert s.session.capabilities.drafters == frozenset({"none"})
     with pytest.raises(UnsupportedOperationError, match="trimmed"):
         open_stream(TINY_BUNDLE, backend="mlx", drafter="ngram")
+
+
+def _tiny_gemma3(dtype: Any) -> Any:
+    """A random two-layer Gemma 3 text model built by mlx-lm itself (hidden size 40: sqrt(40)
+    is not a bfloat16 number, so mlx-lm's bfloat16 scale differs from the exact one)."""
+    import mlx.core as mx
+    from mlx.utils import tree_map
+    from mlx_lm.models import gemma3_text
+
+    args = gemma3_text.ModelArgs(model_type="gemma3_text", hidden_size=40, num_hidden_layers=2,
+                                 intermediate_size=64, num_attention_heads=2, head_dim=16,
+                                 vocab_size=97, sliding_window_pattern=2)
+    model = gemma3_text.Model(args)
+    model.tie_word_embeddings = True
+    model.pop("lm_head")
+    model.update(tree_map(lambda a: a.astype(dtype), model.parameters()))
+    mx.eval(model.parameters())
+    return model
+
+
+def test_gemma3_embedding_scale_is_rounded_to_the_weights_dtype() -> None:
+    """mlx-lm multiplies Gemma 3's embeddings by sqrt(hidden_size) rounded to bfloat16 for every
+    dtype; Hugging Face (and llama.cpp, LiteRT) round it to the weights' dtype. The loader fixes
+    the scale of a float32 model, leaves a bfloat16 one alone, and keeps the tied head unscaled."""
+    import mlx.core as mx
+    import numpy as np
+    from eliza_mlx.model import scale_embeddings_in_weight_dtype
+
+    ids = mx.array([[3, 14, 15, 92, 65]], dtype=mx.uint32)
+    model = _tiny_gemma3(mx.float32)
+    raw = model.model.embed_tokens
+    before = np.array(model(ids))
+    x = mx.random.normal((1, 40))
+    assert scale_embeddings_in_weight_dtype(model) is True
+    assert scale_embeddings_in_weight_dtype(model) is False  # once only
+    applied = mx.array(40 ** 0.5, mx.bfloat16).astype(mx.float32)  # what mlx-lm multiplies by
+    effective = np.array(model.model.embed_tokens(ids) * applied)
+    np.testing.assert_allclose(effective, np.array(raw(ids)) * np.float32(40 ** 0.5), rtol=3e-7)
+    np.testing.assert_array_equal(np.array(model.model.embed_tokens.as_linear(x)),
+                                  np.array(raw.as_linear(x)))
+    after = np.array(model(ids))
+    assert np.abs(after - before).max() > 1e-4  # the scale moved the logits: it is on the path
+    assert scale_embeddings_in_weight_dtype(_tiny_gemma3(mx.bfloat16)) is False

@@ -12,6 +12,7 @@ saying so.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from pathlib import Path
@@ -119,34 +120,41 @@ def test_same_valid_text_on_every_backend(case: str, bundles: list[Path],
         check(case, next(iter(got.values())))
 
 
-#: Gemma 3's known gap (issue 19, open): against a transformers f32 reference on the same weights
-#: the LiteRT session is within 8e-6, llama.cpp (f32 cache) 2.3e-3 and MLX 8.5e-3; across
-#: backends 1.3e-2 to 3.0e-2 (the thread count moves llama.cpp's share). Greedy tokens and top-5
-#: ids still agree everywhere. Every other bundle is held to the issue's 1e-3.
-GEMMA3_LOGPROB_GAP = 5e-2
+#: llama.cpp's own numerics on Gemma 3 (issue 19): ggml's CPU GELU reads an f16 table (the input
+#: rounded to f16, the value stored in f16: ``GGML_GELU_FP16``, compiled in), and Gemma's large
+#: activations carry that through. Measured on the real Gemma 3 270M f32 bundle against a
+#: transformers float32 reference on the same weights and tokens: llama.cpp (f32 cache) 1.32e-2
+#: at 1 and 2 threads, 4.7e-3 against the same reference with ggml's f16 GELU table emulated;
+#: MLX 4.9e-5 and LiteRT 5.1e-5. So on Gemma 3 the pairs with llama.cpp are held to this bound;
+#: every other pair, and every pair on every other bundle, to the issue's 1e-3.
+LLAMACPP_GELU_GAP = 2e-2
+
+
+def _logprob_bound(bundle: Path, pair: tuple[str, str]) -> float:
+    return LLAMACPP_GELU_GAP if "gemma" in bundle.name.lower() and "llama.cpp" in pair else 1e-3
 
 
 def test_logprobs_agree_to_1e_3(bundles: list[Path]) -> None:
     for bundle in bundles:
-        worst = 0.0
         rows = {}
         for backend in _backends(bundle):
             with open_stream(bundle, backend=backend, options=VARIANTS[backend], max_tokens=24,
                              ignore_eos=True, top_logprobs=5, context_size=512) as stream:
                 _prompt(stream)
                 rows[backend] = [e for s in stream for e in (s.logprobs or ())]
-        ref = next(iter(rows.values()))
-        for got in rows.values():
-            assert [e.token for e in got] == [e.token for e in ref]
+        for pair in itertools.combinations(sorted(rows), 2):
+            got, ref = rows[pair[0]], rows[pair[1]]
+            assert [e.token for e in got] == [e.token for e in ref], (bundle.name, pair)
+            worst = 0.0
             for e, r in zip(got, ref, strict=True):
-                assert [t.token for t in e.top] == [t.token for t in r.top]
+                assert [t.token for t in e.top] == [t.token for t in r.top], (bundle.name, pair)
                 worst = max(worst, abs(e.logprob - r.logprob),
                             *(abs(a.logprob - b.logprob) for a, b in zip(e.top, r.top,
                                                                          strict=True)))
-        bound = GEMMA3_LOGPROB_GAP if "gemma" in bundle.name.lower() else 1e-3
-        print(f"{bundle.name}: max logprob difference across {sorted(rows)}: {worst:.2e} "
-              f"(bound {bound:g})")
-        assert worst <= bound, (bundle.name, worst)
+            bound = _logprob_bound(bundle, pair)
+            print(f"{bundle.name}: max logprob difference {pair[0]} vs {pair[1]}: {worst:.2e} "
+                  f"(bound {bound:g})")
+            assert worst <= bound, (bundle.name, pair, worst)
 
 
 def test_smollm2_tool_calls_are_valid(bundles: list[Path]) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import mlx.core as mx  # type: ignore[import-not-found,unused-ignore]
+import mlx.nn as nn  # type: ignore[import-not-found,unused-ignore]
 from mlx_lm.models.cache import trim_prompt_cache  # type: ignore[import-not-found,unused-ignore]
 from mlx_lm.utils import load_model  # type: ignore[import-not-found,unused-ignore]
 
@@ -51,6 +52,7 @@ def load_weights(folder: MLXFolder) -> LoadedMLX:
         raise BundleError(f"mlx-lm could not load {folder.path}: {type(exc).__name__}: {exc} "
                           "(unsupported architecture, or weights that do not match config.json)"
                           ) from None
+    scale_embeddings_in_weight_dtype(model)
     facts = tokenizer_facts(tokenizer, folder.path, folder.vocab_size)
     info = ModelInfo(vocab_size=folder.vocab_size, eog_token_ids=facts.eog,
                      bos_token_id=facts.bos if facts.add_bos else None,
@@ -58,6 +60,50 @@ def load_weights(folder: MLXFolder) -> LoadedMLX:
                      artifact=folder.path, runtime=RUNTIME,
                      control_tokens=tokenizer.control_texts)
     return LoadedMLX(folder=folder, model=model, tokenizer=tokenizer, info=info)
+
+
+class _RescaledEmbedding(nn.Module):  # type: ignore[misc,name-defined,unused-ignore]
+    """An embedding whose lookups are multiplied by ``factor``; ``as_linear`` (the tied output
+    head) is the wrapped embedding's, unscaled."""
+
+    def __init__(self, embedding: Any, factor: float) -> None:
+        super().__init__()
+        self.embedding = embedding
+        self.factor = factor
+
+    def __call__(self, ids: Any) -> Any:
+        return self.embedding(ids) * self.factor
+
+    def as_linear(self, x: Any) -> Any:
+        return self.embedding.as_linear(x)
+
+
+def scale_embeddings_in_weight_dtype(model: Any) -> bool:
+    """Make Gemma 3's embedding scale ``sqrt(hidden_size)`` the one its weights were trained and
+    exported with: rounded to the weights' dtype, as Hugging Face's
+    ``Gemma3TextScaledWordEmbedding`` does. mlx-lm rounds it to bfloat16 whatever the dtype
+    (``mlx_lm/models/gemma3_text.py``: 25.25 instead of 25.2982 for the 270M model), which on a
+    float32 bundle moved every logprob by up to 3e-2 against llama.cpp, LiteRT and transformers
+    on the same weights (issue 19; with this, MLX and LiteRT agree to 6e-5). Changes nothing for
+    bfloat16 weights or other architectures. True when the model was changed."""
+    if getattr(model, "model_type", None) not in ("gemma3_text", "gemma3"):
+        return False
+    text = getattr(model, "language_model", model)  # gemma3 wraps a gemma3_text model
+    inner = getattr(text, "model", None)
+    embedding = getattr(inner, "embed_tokens", None)
+    args = getattr(inner, "args", None)
+    if inner is None or embedding is None or args is None \
+            or isinstance(embedding, _RescaledEmbedding):
+        return False
+    dtype = embedding(mx.array([0], dtype=mx.uint32)).dtype
+    exact = mx.array(args.hidden_size ** 0.5, dtype=mx.float32)
+    applied = exact.astype(mx.bfloat16).astype(mx.float32)  # what mlx-lm multiplies by
+    wanted = exact.astype(dtype).astype(mx.float32)  # what the weights' dtype gives
+    factor = cast(float, wanted.item()) / cast(float, applied.item())
+    if factor == 1.0:
+        return False
+    inner.embed_tokens = _RescaledEmbedding(embedding, factor)
+    return True
 
 
 def shared_weights(context: InferenceContext, path: Path) -> LoadedMLX:
@@ -72,4 +118,5 @@ def trim(cache: list[Any], n: int) -> int:
     return int(cast(Any, trim_prompt_cache(cache, n)))
 
 
-__all__ = ["COMPUTE_STREAM", "RUNTIME", "LoadedMLX", "load_weights", "shared_weights", "trim"]
+__all__ = ["COMPUTE_STREAM", "RUNTIME", "LoadedMLX", "load_weights",
+           "scale_embeddings_in_weight_dtype", "shared_weights", "trim"]
