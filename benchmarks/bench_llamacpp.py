@@ -16,13 +16,14 @@ them alike:
 - ``llama-bench``: llama.cpp's own ``llama-bench`` (built from the pinned sdist's vendored
   llama.cpp by ``benchmarks/build_llama_bench.sh``; skipped when not built), ``pp<prompt>`` for
   prefill and ``tg<gen>`` at depth ``<prompt>`` for decode (the positions the others decode at),
-  ``--repack`` matching the seam's extra-buffer setting on this host.
+  ``--repack`` matching the seam's extra-buffer setting on this host and ``-fa auto`` its flash
+  attention (every contender runs llama.cpp's flash attention as the seam does by default).
 
 Each worker loads, warms up on 8 tokens (first-call costs are the same for all and are not
 time to first token), resets, then measures. Reported per contender: load time, time to first
-token (from the start of prefill), prefill
-and decode tokens/s (median, min-max), peak RSS, and the decode rate per position bucket (flat
-is good); ratios are against ``minimal``. Models: the tiny bundle's GGUF and a random-weight
+token (from the start of prefill), prefill and decode tokens/s (median, min-max), peak RSS, and
+the decode rate per position bucket (flat is good); ratios (against ``minimal`` and
+llama-bench) are medians of per-round ratios. Models: the tiny bundle's GGUF and a random-weight
 ~0.85 B llama (Q4_0 / Q8_0) made by ``tools/make_random_gguf.py`` into ``.bench-cache/``, or
 any GGUF path (the real models: ``benchmarks/real_models.py`` finds them).
 """
@@ -205,7 +206,7 @@ def run_highlevel(bundle: Path, n_prompt: int, n_gen: int, threads: int) -> dict
     lc.llama_cpp.llama_model_default_params = patched
     t0 = time.perf_counter()
     llm = lc.Llama(str(_gguf(bundle)), n_ctx=2048, n_batch=512, n_threads=threads,
-                   verbose=False)
+                   flash_attn=True, verbose=False)  # the seam's default (auto) is on on a CPU
     ids = llm.tokenize((PROMPT * 200).encode())[:n_prompt]
     load = time.perf_counter() - t0
     for _ in llm.create_completion(ids[:8], max_tokens=2, temperature=0.0, stream=True):
@@ -227,7 +228,7 @@ def run_llama_bench(bundle: Path, n_prompt: int, n_gen: int, threads: int) -> di
     if binary is None:
         raise SystemExit("llama-bench is not built: bash benchmarks/build_llama_bench.sh")
     common = [str(binary), "-m", str(_gguf(bundle)), "-t", str(threads), "-r", "1",
-              "--repack", "1" if _extra_buffers() else "0", "-o", "json"]
+              "--repack", "1" if _extra_buffers() else "0", "-fa", "auto", "-o", "json"]
     tests = {"prefill_tps": ["-p", str(n_prompt), "-n", "0"],
              "decode_tps": ["-p", "0", "-n", str(n_gen), "-d", str(n_prompt)]}
     out: dict[str, Any] = {"load_s": None, "ttft_s": None, "prefill_s": None,
@@ -302,23 +303,30 @@ def bench(models: list[str], repeat: int, n_prompt: int, n_gen: int, threads: in
             rows[c]["per_position_tps"] = {  # median over the repeats, bucket by bucket
                 b: statistics.median(r["per_position_tps"][b] for r in runs[c]
                                      if b in r["per_position_tps"]) for b in buckets}
-        for ref, key in (("minimal", "decode_ratio_vs_minimal"),
-                         ("llama-bench", "decode_ratio_vs_llama_bench")):
-            base = rows[ref]["decode_tps"]["median"] if ref in rows else None
-            for c in contenders:
-                if base:
-                    rows[c][key] = rows[c]["decode_tps"]["median"] / base
-        if "llama-bench" in rows:
-            base = rows["llama-bench"]["prefill_tps"]["median"]
-            for c in contenders:
-                if rows[c]["prefill_tps"]:
-                    rows[c]["prefill_ratio_vs_llama_bench"] = \
-                        rows[c]["prefill_tps"]["median"] / base
+        for ref, metric, key in (("minimal", "decode_tps", "decode_ratio_vs_minimal"),
+                                 ("llama-bench", "decode_tps", "decode_ratio_vs_llama_bench"),
+                                 ("llama-bench", "prefill_tps", "prefill_ratio_vs_llama_bench")):
+            if ref in runs:
+                for c in contenders:
+                    ratio = paired_ratio(runs[c], runs[ref], metric)
+                    if ratio is not None:
+                        rows[c][key] = ratio
         if "seam" in rows and rows["seam"]["prefill_s"]:
             rows["seam"]["ttft_minus_prefill_ms"] = 1000 * (
                 rows["seam"]["ttft_s"]["median"] - rows["seam"]["prefill_s"]["median"])
         report["models"][model_label(name)] = rows
     return report
+
+
+def paired_ratio(runs: list[dict[str, Any]], ref: list[dict[str, Any]], metric: str
+                 ) -> float | None:
+    """The median over rounds of ``runs[i][metric] / ref[i][metric]``: each round's contenders
+    ran back to back, so a ratio within a round cancels the drift of a shared machine that a
+    ratio of two medians keeps (on this 2-core VM the same llama-bench run swings 86-134 tok/s
+    within a minute)."""
+    pairs = [a[metric] / b[metric] for a, b in zip(runs, ref, strict=True)
+             if a.get(metric) and b.get(metric)]
+    return statistics.median(pairs) if pairs else None
 
 
 def _median(r: dict[str, Any], key: str, scale: float = 1.0) -> float:

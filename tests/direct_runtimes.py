@@ -56,7 +56,7 @@ def direct_llama(**kwargs: Any) -> Any:
 
 
 @lru_cache(maxsize=4)
-def _llama(gguf_path: str, n_ctx: int, kv_type: int | None = None, flash_attn: bool = False):
+def _llama(gguf_path: str, n_ctx: int, kv_type: int | None = None, flash_attn: bool = True):
     import llama_cpp
 
     kv = {} if kv_type is None else {"type_k": kv_type, "type_v": kv_type}
@@ -75,10 +75,11 @@ def _llama(gguf_path: str, n_ctx: int, kv_type: int | None = None, flash_attn: b
 
 def llamacpp_greedy(
     gguf_path: str | os.PathLike[str], prompt_ids: Sequence[int], n: int, *, n_ctx: int = 512,
-    kv_type: int | None = None, flash_attn: bool = False,
+    kv_type: int | None = None, flash_attn: bool = True,
 ) -> list[int]:
     """``n`` greedy token ids after ``prompt_ids`` (which already hold BOS), via llama-cpp-python
-    (``kv_type``: the KV cache's ggml type, default llama.cpp's f16).
+    (``kv_type``: the KV cache's ggml type, default llama.cpp's f16; ``flash_attn``: on by
+    default, as the plugin's ``flash_attention="auto"`` is on a CPU).
 
     Argmax over the float logits of each step; no stop on EOS/EOG.
     """

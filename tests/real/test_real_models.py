@@ -264,3 +264,37 @@ def test_smollm2_core_ml_package_is_converted_and_checked(smollm2: Path) -> None
     assert sorted(spec["states"]) == sorted([KEYS, VALUES]) and spec["outputs"] == [LOGITS]
     manifest = verify_bundle(smollm2, hashes=False)
     assert any(a.format == "mlpackage" for a in manifest.artifacts)
+
+
+PARAGRAPH = ("The lighthouse stood on the northern cliff for two hundred years. Every night the "
+             "keeper climbed the ninety steps, trimmed the wick and wound the clockwork that "
+             "turned the lens, and every morning he wrote the weather in a leather book.")
+
+
+@pytest.mark.parametrize("model", ["smollm2", "gemma3"])
+def test_drafted_greedy_output_is_plain_greedy_output(model: str,
+                                                      request: pytest.FixtureRequest) -> None:
+    """On the original Q4 files, n-gram drafting (k = 1 and 4) changes nothing in greedy output
+    on input-grounded prompts. With llama.cpp's non-flash attention a batch's attention
+    rounded differently from one token's and SmolLM2's drafted 'repeat' output left plain
+    greedy at its third token (a 0.05 logprob gap); flash attention, the default, is batch
+    invariant."""
+    bundle: Path = request.getfixturevalue(model)
+    name = next(p.name for p in (bundle / "text").iterdir() if p.name.endswith("-source.gguf"))
+    prompts = [f"Repeat this paragraph exactly.\n\n{PARAGRAPH}\n\nRepeated:\n",
+               f"Rewrite the paragraph with 'keeper' replaced by 'guardian'.\n\n{PARAGRAPH}\n\n"
+               "Rewritten:\n"]
+    common: dict[str, Any] = {"backend": "llama.cpp", "max_tokens": 48, "ignore_eos": True,
+                              "context_size": 512, "threads": THREADS,
+                              "options": {"llama.cpp": {"artifact": name}}}
+    for prompt in prompts:
+        with open_stream(bundle, **common) as s:
+            s.prefill(prompt)
+            plain = [t for step in s for t in step.tokens]
+        for k in (1, 4):
+            with open_stream(bundle, drafter="ngram", draft_policy="fixed", draft_length=k,
+                             **common) as s:
+                s.prefill(prompt)
+                steps = list(s)
+            assert [t for step in steps for t in step.tokens] == plain, (model, k, prompt[:20])
+            assert sum(step.accepted for step in steps) > 0  # the drafter did draft and hit

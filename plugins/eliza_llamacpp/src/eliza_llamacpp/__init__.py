@@ -44,12 +44,14 @@ class LlamaCppOptions(BaseModel):
         "decide for the device (its default).")
     n_ubatch: int | None = Field(None, ge=1, description="Physical batch size (default: batch).")
     flash_attention: Literal["off", "on", "auto"] = Field(
-        "off", description="llama.cpp's flash attention: off (the default, as in "
-        "llama-cpp-python's Llama, which gives the same greedy tokens at the same setting), on, "
-        "or auto (llama.cpp's own choice per device). Measured on a 2-core x86 CPU with "
-        "benchmarks/bench_flash_attention.py: neither is reliably faster at short contexts "
-        "(docs/guides/bring-your-own-model.md); on quantized files the settings can pick "
-        "different tokens where top logits nearly tie.")
+        "auto", description="llama.cpp's flash attention: auto (the default and llama.cpp's own: "
+        "on where the device supports it, as on CPUs), on, or off. With it a batch's attention "
+        "equals one token's bit for bit, so drafted (speculative) greedy output is the plain "
+        "greedy output; without it llama.cpp's batched attention rounds differently (max 0.26 "
+        "logit on SmolLM2 Q4_1 between a 2-token batch and a single token) and drafted output "
+        "left plain greedy at a near-tie (benchmarks/bench_draft_policy.py). Speed: neither is "
+        "reliably faster at short contexts on a 2-core x86 CPU "
+        "(benchmarks/bench_flash_attention.py).")
     kv_cache_type: Literal["f16", "f32", "q8_0"] = Field(
         "f16", description="Element type of the KV cache: f16 (llama.cpp's default), f32 (twice "
         "the memory; what MLX and LiteRT keep, so an f32 GGUF's logprobs then agree with theirs "

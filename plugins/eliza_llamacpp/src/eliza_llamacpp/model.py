@@ -231,7 +231,7 @@ def default_threads() -> int:
 
 def new_context(model: LoadedModel, config: StreamConfig, what: str, *,
                 n_ubatch: int | None = None,
-                flash_attention: Literal["off", "on", "auto"] = "off",
+                flash_attention: Literal["off", "on", "auto"] = "auto",
                 kv_cache_type: Literal["f16", "f32", "q8_0"] = "f16") -> Any:
     """A ``llama_context`` on ``model`` for one sequence, sized by ``config``, with
     ``n_ubatch`` (default: the batch size), flash attention and the KV cache's element type
