@@ -55,30 +55,38 @@ def test_seam_equals_llama_cpp_used_directly() -> None:
         assert got == llamacpp_greedy(gguf, case["prompt_ids"], n)
 
 
-@pytest.mark.parametrize(("kv", "flash"), [("f32", "off"), ("q8_0", "on")])
-def test_kv_cache_type_equals_llama_cpp_used_directly(kv: str, flash: str) -> None:
+@pytest.mark.parametrize(("kv", "flash"), [("f32", "off"), ("f32", "auto"), ("q8_0", "on")])
+def test_kv_cache_type_equals_llama_cpp_used_directly(kv: str, flash: str,
+                                                      tmp_path: Path) -> None:
     """``kv_cache_type`` is llama.cpp's own type_k/type_v: the same greedy tokens as
-    ``llama_cpp.Llama`` with that cache, on a prompt where they differ from the default f16
-    cache's (so the option is not ignored)."""
+    ``llama_cpp.Llama`` with that cache, and a saved slot (the KV cache's bytes) of the size that
+    type gives: twice the default f16 cache's for f32, about half for q8_0 (so the option is
+    not ignored)."""
     import llama_cpp
     from direct_runtimes import llamacpp_greedy
 
     ggml = {"f32": llama_cpp.GGML_TYPE_F32, "q8_0": llama_cpp.GGML_TYPE_Q8_0}[kv]
     gguf = TINY_BUNDLE / "text" / "tiny-f16.gguf"
-    options = {"llama.cpp": {"kv_cache_type": kv, "flash_attention": flash}}
-    with open_stream(TINY_BUNDLE, backend="llama.cpp", options=options, max_tokens=32,
-                     ignore_eos=True, threads=1) as stream:
-        ids = stream.session.tokenize("the quick brown fox jumps over the lazy dog " * 8)
-        stream.prefill(ids)
-        got = [t for step in stream for t in step.tokens]
-    assert got == llamacpp_greedy(gguf, ids, 32, kv_type=ggml, flash_attn=flash == "on")
-    assert got != llamacpp_greedy(gguf, ids, 32, flash_attn=flash == "on")  # f16 cache's
+    sizes = {}
+    for cache in (kv, "f16"):
+        options = {"llama.cpp": {"kv_cache_type": cache, "flash_attention": flash}}
+        with open_stream(TINY_BUNDLE, backend="llama.cpp", options=options, max_tokens=32,
+                         ignore_eos=True, threads=1) as stream:
+            ids = stream.session.tokenize("the quick brown fox jumps over the lazy dog " * 8)
+            stream.prefill(ids)
+            got = [t for step in stream for t in step.tokens]
+            stream.save_slot(tmp_path / cache)
+            sizes[cache] = (tmp_path / cache).stat().st_size
+        if cache == kv:
+            assert got == llamacpp_greedy(gguf, ids, 32, kv_type=ggml, flash_attn=flash != "off")
+    ratio = sizes[kv] / sizes["f16"]
+    assert (1.8 < ratio < 2.2) if kv == "f32" else (0.4 < ratio < 0.7), sizes
 
 
 def test_quantized_kv_cache_without_flash_attention_is_refused() -> None:
     with pytest.raises(InvalidArgumentError, match="needs flash_attention"):
         open_stream(TINY_BUNDLE, backend="llama.cpp",
-                    options={"llama.cpp": {"kv_cache_type": "q8_0"}})
+                    options={"llama.cpp": {"kv_cache_type": "q8_0", "flash_attention": "off"}})
 
 
 def test_text_prompt_tokenizes_like_the_oracle() -> None:
