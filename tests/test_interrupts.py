@@ -372,13 +372,19 @@ def test_ctrl_c_in_a_llama_cpp_load_stops_the_load_before_it_surfaces() -> None:
             finished.set()
 
     released: list[str] = []
+    # Python's own SIGINT handler for the test (a suite started in the background inherits
+    # SIGINT ignored: see _default_sigint), then whatever was there before
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT))  # a real Ctrl-C
-    timer.start()
-    t0 = time.perf_counter()
-    with pytest.raises(KeyboardInterrupt):
-        native_guard.contained(slow_load, release=released.append)
-    elapsed = time.perf_counter() - t0
-    timer.join()
+    try:
+        timer.start()
+        t0 = time.perf_counter()
+        with pytest.raises(KeyboardInterrupt):
+            native_guard.contained(slow_load, release=released.append)
+        elapsed = time.perf_counter() - t0
+        timer.join()
+    finally:
+        signal.signal(signal.SIGINT, inherited)
     assert finished.is_set()  # the worker was out before the interrupt surfaced
     assert polls[-1] is False and polls.count(False) == 1  # it was told to stop, and stopped
     assert released == ["stopped"]  # what it returned was released, not leaked
