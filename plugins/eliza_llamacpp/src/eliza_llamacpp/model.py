@@ -231,11 +231,12 @@ def default_threads() -> int:
 
 def new_context(model: LoadedModel, config: StreamConfig, what: str, *,
                 n_ubatch: int | None = None,
-                flash_attention: Literal["off", "on", "auto"] = "auto",
-                kv_cache_type: Literal["f16", "f32", "q8_0"] = "f16") -> Any:
+                flash_attention: Literal["off", "on", "auto"],
+                kv_cache_type: Literal["f16", "f32", "q8_0"]) -> Any:
     """A ``llama_context`` on ``model`` for one sequence, sized by ``config``, with
     ``n_ubatch`` (default: the batch size), flash attention and the KV cache's element type
-    (see :class:`LlamaCppOptions`); ``what`` names it in the error message."""
+    (no defaults here: :class:`LlamaCppOptions` holds them); ``what`` names it in the error
+    message."""
     threads = config.threads or default_threads()
     params = lc.llama_context_default_params()
     params.n_ctx = config.context_size
