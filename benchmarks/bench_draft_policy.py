@@ -2,21 +2,27 @@
 length vs no drafter, beside the bound that acceptance and the batch cost curve allow.
 
     python benchmarks/bench_draft_policy.py --models A.gguf,B.gguf [--repeat 3] [--gen 64]
-                                            [--threads 1] [--json]
+                                            [--threads 1] [--draft-length 4] [--json]
 
 Per model (llama.cpp through the seam, greedy, one inference context, contenders interleaved
 with rotation, medians) and per workload:
 
 - input-grounded: ``repeat`` (copy a paragraph), ``edit`` (the paragraph with a word changed),
   ``quote`` (summarise with quotations): the continuation is mostly in the prompt;
-- ``no-match``: random in-vocabulary token ids (nothing for the n-gram drafter to find).
+- ``loop``: random in-vocabulary token ids as the prompt; greedy decoding of these small models
+  falls into a loop after them, which the drafter matches;
+- ``no-match``: the same prompt sampled at temperature 1 (seeded): the drafter's proposals
+  rarely match, so this is the row where the policy must cost nothing (its output is a sample,
+  not compared with the others').
 
-Contenders: ``none`` (no drafter), ``ngram-fixed`` (``draft_policy="fixed"``, k=4) and
-``ngram-auto`` (the policy, at most k=4). Reported: decode tok/s and its ratio to ``none``, the
-per-position acceptance of the fixed rounds, the policy's batch cost curve (a forward pass over
-n tokens relative to one) and the bound ``max_k yield(a, k) / cost(k + 1)``
+Contenders: ``none`` (no drafter), ``ngram-fixed`` (``draft_policy="fixed"``, k = draft length)
+and ``ngram-auto`` (the policy, at most that k). Reported: decode tok/s and its ratio to ``none``
+(the median of per-round ratios, with their min-max: the contenders of a round run back to back,
+so a round's ratio cancels the drift of a shared machine), the per-position acceptance of the
+fixed rounds, the policy's batch cost curve (a forward pass over n tokens relative to one) and
+the bound ``max_k yield(a, k) / cost(k + 1)``
 (:func:`eliza_backends.draft_policy.speedup_bound`); ``auto / bound`` is the share of the bound
-the policy reached. Every run checks that its tokens equal the plain greedy ones.
+the policy reached. Every greedy run checks that its tokens equal the plain greedy ones.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import statistics
 import time
 from typing import Any
 
-from bench_llamacpp import model_bundle, model_label
+from bench_llamacpp import model_bundle, model_label, paired_ratio
 from harness import cell, emit, format_table, interleave, summarize
 
 from eliza_backends import InferenceContext, open_stream
@@ -45,24 +51,27 @@ WORKLOADS = {
 }
 CONTENDERS = {"none": {}, "ngram-fixed": {"drafter": "ngram", "draft_policy": "fixed"},
               "ngram-auto": {"drafter": "ngram", "draft_policy": "auto"}}
-K = 4
+
+
+#: per workload, how the stream samples (greedy where absent)
+SAMPLING = {"no-match": {"temperature": 1.0, "seed": 7}}
 
 
 def prompt_ids(ctx: InferenceContext, workload: str, threads: int) -> list[int]:
-    """The workload's prompt as token ids (``no-match``: 96 seeded random ids)."""
+    """The workload's prompt as token ids (``loop``, ``no-match``: 96 seeded random ids)."""
     with open_stream(ctx, backend="llama.cpp", threads=threads) as s:
-        if workload == "no-match":
+        if workload not in WORKLOADS:
             rng = random.Random(7)
             n = s.session.vocab_size
             return [rng.randrange(n // 8, n) for _ in range(96)]
         return s.session.tokenize(WORKLOADS[workload])
 
 
-def run(ctx: InferenceContext, prompt: list[int], n_gen: int, threads: int,
+def run(ctx: InferenceContext, prompt: list[int], n_gen: int, threads: int, k: int,
         cfg: dict[str, Any]) -> dict[str, Any]:
     """One greedy generation: tokens, decode tok/s, per-round counts, the policy's curve."""
     with open_stream(ctx, backend="llama.cpp", threads=threads, max_tokens=n_gen,
-                     ignore_eos=True, context_size=1024, draft_length=K, **cfg) as s:
+                     ignore_eos=True, context_size=1024, draft_length=k, **cfg) as s:
         s.prefill(prompt)
         t0 = time.perf_counter()
         steps = list(s)
@@ -78,26 +87,31 @@ def run(ctx: InferenceContext, prompt: list[int], n_gen: int, threads: int,
                 "final_k": policy.k if policy else None}
 
 
-def bench_model(name: str, repeat: int, n_gen: int, threads: int) -> dict[str, Any]:
+def bench_model(name: str, repeat: int, n_gen: int, threads: int, draft_length: int
+                ) -> dict[str, Any]:
     """Every workload on one model."""
     out: dict[str, Any] = {}
     with InferenceContext(model_bundle(name)) as ctx:
-        for workload in (*WORKLOADS, "no-match"):
+        for workload in (*WORKLOADS, "loop", "no-match"):
             prompt = prompt_ids(ctx, workload, threads)
+            sampling = SAMPLING.get(workload, {})
             runs = interleave(list(CONTENDERS), repeat,
-                              lambda c, p=prompt: run(ctx, p, n_gen, threads, CONTENDERS[c]),
+                              lambda c, p=prompt, sp=sampling: run(ctx, p, n_gen, threads,
+                                                                   draft_length,
+                                                                   {**CONTENDERS[c], **sp}),
                               warmup=True)
             plain = runs["none"][0]["tokens"]
             for c, rs in runs.items():
-                if any(r["tokens"] != plain for r in rs):
+                if not sampling and any(r["tokens"] != plain for r in rs):
                     raise SystemExit(f"{name} {workload} {c}: output differs from plain greedy")
             rows = {c: {"tps": summarize(r["tps"] for r in rs),
                         "acceptance": summarize(r["acceptance"] for r in rs),
                         "drafted": statistics.median(r["drafted"] for r in rs),
                         "final_k": rs[-1]["final_k"]} for c, rs in runs.items()}
-            base = rows["none"]["tps"]["median"]
-            for r in rows.values():
-                r["ratio"] = r["tps"]["median"] / base
+            for c, r in rows.items():
+                r["ratio"] = paired_ratio(runs[c], runs["none"], "tps")
+                r["ratio_range"] = summarize(a["tps"] / b["tps"]
+                                             for a, b in zip(runs[c], runs["none"], strict=True))
             cost = next((r["cost"] for r in runs["ngram-auto"] if r["cost"]), None)
             a = rows["ngram-fixed"]["acceptance"]
             bound = None
@@ -112,16 +126,19 @@ def bench_model(name: str, repeat: int, n_gen: int, threads: int) -> dict[str, A
 
 def render(report: dict[str, Any]) -> str:
     """One table per model."""
-    parts = [f"{report['threads']} thread(s), {report['gen']} tokens, {report['repeat']} "
-             "interleaved repeats, median (min-max)"]
+    parts = [f"{report['threads']} thread(s), {report['gen']} tokens, at most "
+             f"{report['draft_length']} drafts, {report['repeat']} interleaved repeats, median "
+             "(min-max); ratios: median (min-max) of per-round ratios to none"]
     for model, workloads in report["models"].items():
-        head = ["workload", "none tok/s", "fixed k=4 x", "auto x", "acceptance", "bound x",
-                "auto / bound", "cost(1..5)"]
+        k = report["draft_length"]
+        head = ["workload", "none tok/s", f"fixed k={k} x", "auto x", "acceptance", "bound x",
+                "auto / bound", f"cost(1..{k + 1})"]
         body = []
         for w, d in workloads.items():
             r = d["rows"]
-            body.append([w, cell(r["none"]["tps"]), f"{r['ngram-fixed']['ratio']:.3f}",
-                         f"{r['ngram-auto']['ratio']:.3f}",
+            body.append([w, cell(r["none"]["tps"]), cell(r["ngram-fixed"]["ratio_range"],
+                                                          fmt=".3f"),
+                         cell(r["ngram-auto"]["ratio_range"], fmt=".3f"),
                          cell(r["ngram-fixed"]["acceptance"], fmt=".2f"),
                          f"{d['bound']:.2f}" if d["bound"] else "-",
                          f"{d['auto_share_of_bound']:.2f}" if d["auto_share_of_bound"] else "-",
@@ -136,10 +153,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--draft-length", type=int, default=4)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     report = {"threads": args.threads, "gen": args.gen, "repeat": args.repeat,
-              "models": {model_label(m): bench_model(m, args.repeat, args.gen, args.threads)
+              "draft_length": args.draft_length,
+              "models": {model_label(m): bench_model(m, args.repeat, args.gen, args.threads,
+                                                     args.draft_length)
                          for m in args.models.split(",")}}
     emit(report, args.json, render)
     return 0

@@ -16,9 +16,10 @@ the peak as a multiple of the model file. Contenders are interleaved with rotati
   default runtime; a fresh temporary cache dir, so it packs its weights); ``litert/compiled-
   warm``: the same with a ``cache_dir`` a previous load filled (maps the packed weights);
   ``litert/interpreter``: the Interpreter runtime; ``litert/engine``: the LiteRT-LM engine
-  session; ``litert-direct/bytes``: ``CompiledModel.from_buffer`` on the section read into
-  ``bytes`` (what the seam did before it mapped the file); ``litert-direct/file``:
-  ``CompiledModel.from_file`` on the ``.tflite``;
+  session (a fresh cache dir); ``litert/engine-warm``: the same with a ``cache_dir`` an earlier
+  load filled (LiteRT-LM keeps its packed weights there); ``litert-direct/bytes``:
+  ``CompiledModel.from_buffer`` on the section read into ``bytes`` (what the seam did before it
+  mapped the file); ``litert-direct/file``: ``CompiledModel.from_file`` on the ``.tflite``;
 - ``mlx``: the seam on the MLX folder; ``mlx-direct``: ``mlx_lm.load`` + ``generate_step``.
 
 Contenders whose artifact or runtime is missing are left out (said on stderr).
@@ -147,13 +148,15 @@ def worker(contender: str, bundle: Path, threads: int, cache_dir: str | None) ->
     elif contender.startswith("litert/"):
         kind = contender.split("/", 1)[1]
         opts: dict[str, Any] = {"artifact": arts["litertlm"].name}
-        if kind == "engine":
+        if kind.startswith("engine"):
             opts["session"] = "engine"
         else:
             opts["session"] = "interpreter"
             opts["runtime"] = "interpreter" if kind == "interpreter" else "compiled"
-        if kind == "compiled-warm":
-            opts["cache_dir"] = cache_dir
+        if kind.endswith("-warm") and cache_dir:  # a dir of its own per session kind
+            own = Path(cache_dir) / kind
+            own.mkdir(exist_ok=True)
+            opts["cache_dir"] = str(own)
         _seam(bundle, "litert-lm", opts, threads)
         size = _size(arts["litertlm"])
     elif contender == "litert-direct/bytes":
@@ -187,7 +190,7 @@ def contenders_for(bundle: Path) -> list[str]:
         out += ["litert/compiled", "litert/compiled-warm", "litert/interpreter",
                 "litert-direct/bytes"]
         if have("litert_lm"):
-            out.append("litert/engine")
+            out += ["litert/engine", "litert/engine-warm"]
     if "tflite" in arts and have("ai_edge_litert"):
         out.append("litert-direct/file")
     if "mlx" in arts and have("mlx_lm"):
@@ -204,8 +207,9 @@ def bench(bundle: Path, repeat: int, threads: int, names: list[str]) -> dict[str
     cache_dir = tempfile.mkdtemp(prefix="eliza-bench-memory-")
     try:
         common = ["--bundle", str(bundle), "--threads", str(threads), "--cache-dir", cache_dir]
-        if "litert/compiled-warm" in names:  # fill the cache dir once, unmeasured
-            spawn(__file__, "litert/compiled-warm", *common)
+        for warm in ("litert/compiled-warm", "litert/engine-warm"):
+            if warm in names:  # fill the cache dir once, unmeasured
+                spawn(__file__, warm, *common)
         runs = interleave(names, repeat, lambda c: spawn(__file__, c, *common))
     finally:
         shutil.rmtree(cache_dir, ignore_errors=True)

@@ -23,6 +23,11 @@ def test_ngram_drafter_proposes_what_followed_the_last_match() -> None:
     seq += [4]
     assert d.propose(seq, 2) == [5, 9]
     assert d.propose([7, 8], 4) == []
+    # a match near the end: the loop it starts is continued to k tokens
+    assert NgramDrafter(max_n=3).propose([1, 2, 3, 4, 5, 9, 1, 2, 3], 8) == [4, 5, 9, 1, 2, 3,
+                                                                         4, 5]
+    assert NgramDrafter(max_n=3).propose([7, 1, 7, 1, 7], 5) == [1, 7, 1, 7, 1]
+    assert NgramDrafter(max_n=1).propose([3, 3], 4) == [3, 3, 3, 3]
     assert NgramDrafter().propose([], 3) == [] and d.propose(seq, 0) == []
 
 
@@ -46,7 +51,7 @@ def test_ngram_incremental_index_equals_a_fresh_scan(seq: list[int], k: int) -> 
     for i in range(1, len(seq) + 1):
         got = incremental.propose(seq[:i], k)
         assert got == NgramDrafter(max_n=3).propose(seq[:i], k)
-        assert len(got) <= k
+        assert len(got) in (0, k)
 
 
 def test_accept_greedy_rule() -> None:

@@ -8,12 +8,18 @@ tokens. With a per-position acceptance rate ``a`` (a draft is accepted with prob
 when the one before it was), the expected yield is ``(1 - a**(k + 1)) / (1 - a)``, so the
 speed-up over plain decoding is ``yield(k) / (cost(k + 1) + k * draft_cost)``
 (:func:`speedup_bound`). On a CPU, where small models are compute-bound, ``cost`` grows fast
-(SmolLM2 here: a 5-token batch costs ~3x a 1-token one) and only high acceptance pays.
+(SmolLM2 here: a 5-token batch costs ~3x a 1-token one) and only high acceptance pays. The
+curve need not grow with ``n``: quantized matmuls that take rows in groups make some longer
+batches cheaper than shorter ones (Gemma 3 270M Q4_K_M at 1 thread: 4 tokens 3.1x one, 3 tokens
+4.3x), and the policy then drafts the longer length, which yields more for less.
 
 :class:`DraftPolicy` picks the ``k`` in ``0..max_k`` with the best expected speed-up; ``k = 0``
 is plain decoding (the round is a one-token forward pass, the drafter is not run). The rate is
 learnt from the rounds (exponentially decayed counts of accepted and rejected draft positions,
-starting from a prior of ``prior`` accepted in ``prior_weight`` positions). While drafting is
+starting from a prior of ``prior`` accepted in ``prior_weight`` positions), and so is the curve:
+it starts from the backend's measurement and follows the verify rounds' own times (an
+exponential average per batch size), because a one-off measurement on a shared machine can be
+off by a third either way and a round pays for sampling and cache bookkeeping too. While drafting is
 off, a drafter that costs nothing to ask (the n-gram one) still proposes one token per round and
 is scored against the token the round produced, so drafting resumes when the text starts to
 repeat; any other drafter gets a real one-draft round every ``probe_every`` rounds.
@@ -55,8 +61,10 @@ class DraftPolicy:
                  probe_every: int = 16) -> None:
         if not cost_s or cost_s[0] <= 0:
             raise ValueError("cost_s needs a positive one-token cost")
-        one = cost_s[0]
-        self.cost = [max(c / one, 1.0) for c in cost_s]  # a batch never costs less than one
+        self._cost_s = list(cost_s)
+        self.cost: list[float] = []  # the curve now, relative to one token
+        self._rescale()
+        self.measured_cost = list(self.cost)  #: the curve the backend measured
         self.max_k = max(0, min(max_k, len(self.cost) - 1))
         self.cheap_drafter = cheap_drafter
         self.probe_every = probe_every
@@ -64,7 +72,6 @@ class DraftPolicy:
         self._ok = prior * prior_weight  # decayed accepted positions
         self._seen = prior_weight  # decayed scored positions
         self._draft_s = 0.0  # EMA of seconds per drafted token
-        self._one_s = one
         self._off_rounds = 0
         self.k = self._best()
 
@@ -76,7 +83,11 @@ class DraftPolicy:
     @property
     def draft_cost(self) -> float:
         """Drafting one token, in one-token decodes (measured)."""
-        return self._draft_s / self._one_s
+        return self._draft_s / self._cost_s[0]
+
+    def _rescale(self) -> None:
+        one = self._cost_s[0]
+        self.cost = [max(c / one, 1.0) for c in self._cost_s]  # never less than one token
 
     def _best(self) -> int:
         a, dc = self.acceptance, self.draft_cost
@@ -111,6 +122,13 @@ class DraftPolicy:
         self._ok = self._ok * keep + accepted
         self._seen = self._seen * keep + scored
         self.k = self._best()
+
+    def observe_round(self, n: int, seconds: float) -> None:
+        """A verify round over ``n`` tokens (1: a plain one) took ``seconds``."""
+        if 1 <= n <= len(self._cost_s) and seconds > 0:
+            self._cost_s[n - 1] += 0.25 * (seconds - self._cost_s[n - 1])
+            self._rescale()
+            self.k = self._best()
 
     def observe_drafting(self, seconds: float, drafted: int) -> None:
         """Proposing ``drafted`` tokens took ``seconds``."""

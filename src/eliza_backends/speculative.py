@@ -9,10 +9,11 @@ to decoding without a drafter; the step reports how many tokens were drafted and
 session runs it through :meth:`eliza_backends.Session._speculate`, which also owns the drafter.
 
 :class:`NgramDrafter` is prompt lookup: it proposes what followed the most recent earlier
-occurrence of the sequence's last n tokens (longest n first), from an incremental index, so a
-proposal costs O(new tokens), not O(history). :class:`ModelDrafter` is the base of draft-model
-drafters: it keeps a small model's cache in step with the target sequence; the backend supplies
-the forward pass and the cache trim.
+occurrence of the sequence's last n tokens (longest n first; a loop shorter than the draft
+continued round), from an incremental index, so a proposal costs O(new tokens), not
+O(history). :class:`ModelDrafter` is the base of draft-model drafters: it keeps a small model's
+cache in step with the target sequence; the backend supplies the forward pass and the cache
+trim.
 """
 
 from __future__ import annotations
@@ -71,7 +72,10 @@ class NgramDrafter:
         self._upto = max(self._upto, end)
 
     def propose(self, history: Sequence[int], k: int) -> list[int]:
-        """What followed the latest earlier match of the longest matching tail n-gram."""
+        """What followed the latest earlier match of the longest matching tail n-gram, ``k``
+        tokens when there is a match. A match closer than ``k`` to the end (a loop: the text
+        repeats with a period shorter than the draft) continues the loop: the continuation runs
+        into the drafts themselves, so a round is not cut short where drafting pays most."""
         if k <= 0 or len(history) < 2:
             return []
         self._extend(history)
@@ -79,7 +83,11 @@ class NgramDrafter:
         for n in range(min(self.max_n, length - 1), self.min_n - 1, -1):
             e = self._index[n].get(tuple(history[length - n:]))
             if e is not None and e < length:
-                return list(history[e:e + k])
+                drafts = list(history[e:e + k])
+                period = length - e
+                while len(drafts) < k:
+                    drafts.append(drafts[len(drafts) - period])
+                return drafts
         return []
 
     def truncate(self, n: int) -> None:
@@ -174,8 +182,8 @@ def speculate(drafter: Drafter, sequence: Sequence[int], max_tokens: int, draft_
 
     Each round: ``check_cancel()``, ``k = min(draft_length, tokens left - 1)`` drafts from
     ``drafter`` (with a ``policy``: ``min(policy.next_length(), draft_length, ...)``, 0 meaning a
-    plain one-token round; the policy sees every round), then ``verify``. Returns (tokens
-    produced, drafts proposed, drafts accepted).
+    plain one-token round; the policy sees every round's acceptance and time), then
+    ``verify``. Returns (tokens produced, drafts proposed, drafts accepted).
     """
     seq = list(sequence)
     out: list[int] = []
@@ -194,8 +202,10 @@ def speculate(drafter: Drafter, sequence: Sequence[int], max_tokens: int, draft_
             drafts = []
             if policy is not None and policy.shadow():
                 shadow = drafter.propose(seq, 1)
+        t0 = time.perf_counter()
         produced, n_ok = verify(seq, drafts)
         if policy is not None:
+            policy.observe_round(len(drafts) + 1, time.perf_counter() - t0)
             if drafts:
                 policy.observe(len(drafts), n_ok)
             elif shadow:
