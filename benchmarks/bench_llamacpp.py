@@ -19,8 +19,8 @@ them alike:
   ``--repack`` matching the seam's extra-buffer setting on this host and ``-fa auto`` its flash
   attention (every contender runs llama.cpp's flash attention as the seam does by default).
 
-Each worker loads, warms up on 8 tokens (first-call costs are the same for all and are not
-time to first token), resets, then measures. Reported per contender: load time, time to first
+Each worker loads, warms up on the prompt itself (as llama-bench does: the first pass of a
+batch shape pays costs that are not prefill speed), resets, then measures. Reported per contender: load time, time to first
 token (from the start of prefill), prefill and decode tokens/s (median, min-max), peak RSS, and
 the decode rate per position bucket (flat is good); ratios (against ``minimal`` and
 llama-bench) are medians of per-round ratios. Models: the tiny bundle's GGUF and a random-weight
@@ -114,7 +114,7 @@ def run_seam(bundle: Path, n_prompt: int, n_gen: int, threads: int, step: int = 
                          max_tokens=n_gen, ignore_eos=True)
     ids = (stream.session.tokenize(PROMPT * 200))[:n_prompt]
     load = time.perf_counter() - t0
-    stream.prefill(ids[:8])  # warm-up, as every contender does: first-call costs are not TTFT
+    stream.prefill(ids)  # warm-up on the same shape, as every contender does
     stream.next(2)
     stream.reset()
     stamps = []
@@ -169,7 +169,7 @@ def run_minimal(bundle: Path, n_prompt: int, n_gen: int, threads: int) -> dict[s
             batch.n_tokens = len(chunk)
             assert lc.llama_decode(ctx, batch) == 0
 
-    prefill(ids[:8])  # warm-up, then forget it
+    prefill(ids)  # warm-up on the same shape, then forget it
     lc.llama_sampler_sample(smpl, ctx, -1)
     lc.llama_memory_clear(lc.llama_get_memory(ctx), True)
     lc.llama_sampler_reset(smpl)
@@ -209,8 +209,8 @@ def run_highlevel(bundle: Path, n_prompt: int, n_gen: int, threads: int) -> dict
                    flash_attn=True, verbose=False)  # the seam's default (auto) is on on a CPU
     ids = llm.tokenize((PROMPT * 200).encode())[:n_prompt]
     load = time.perf_counter() - t0
-    for _ in llm.create_completion(ids[:8], max_tokens=2, temperature=0.0, stream=True):
-        pass  # warm-up, then forget the cached prefix
+    for _ in llm.create_completion(ids, max_tokens=2, temperature=0.0, stream=True):
+        pass  # warm-up on the same shape, then forget the cached prefix
     llm.reset()
     stamps = []
     t_start = time.perf_counter()
