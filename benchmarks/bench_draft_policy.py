@@ -2,7 +2,8 @@
 length vs no drafter, beside the bound that acceptance and the batch cost curve allow.
 
     python benchmarks/bench_draft_policy.py --models A.gguf,B.gguf [--repeat 3] [--gen 64]
-                                            [--threads 1] [--draft-length 4] [--json]
+                                            [--threads 1] [--draft-length 4]
+                                            [--workloads repeat,edit,...] [--json]
 
 Per model (llama.cpp through the seam, greedy, one inference context, contenders interleaved
 with rotation, medians) and per workload:
@@ -87,12 +88,15 @@ def run(ctx: InferenceContext, prompt: list[int], n_gen: int, threads: int, k: i
                 "final_k": policy.k if policy else None}
 
 
-def bench_model(name: str, repeat: int, n_gen: int, threads: int, draft_length: int
-                ) -> dict[str, Any]:
-    """Every workload on one model."""
+ALL_WORKLOADS = (*WORKLOADS, "loop", "no-match")
+
+
+def bench_model(name: str, repeat: int, n_gen: int, threads: int, draft_length: int,
+                workloads: tuple[str, ...] = ALL_WORKLOADS) -> dict[str, Any]:
+    """The workloads on one model."""
     out: dict[str, Any] = {}
     with InferenceContext(model_bundle(name)) as ctx:
-        for workload in (*WORKLOADS, "loop", "no-match"):
+        for workload in workloads:
             prompt = prompt_ids(ctx, workload, threads)
             sampling = SAMPLING.get(workload, {})
             runs = interleave(list(CONTENDERS), repeat,
@@ -154,12 +158,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--draft-length", type=int, default=4)
+    ap.add_argument("--workloads", default=",".join(ALL_WORKLOADS))
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    workloads = tuple(args.workloads.split(","))
+    unknown = set(workloads) - set(ALL_WORKLOADS)
+    if unknown:
+        raise SystemExit(f"unknown workloads {sorted(unknown)}; choose from {ALL_WORKLOADS}")
     report = {"threads": args.threads, "gen": args.gen, "repeat": args.repeat,
               "draft_length": args.draft_length,
               "models": {model_label(m): bench_model(m, args.repeat, args.gen, args.threads,
-                                                     args.draft_length)
+                                                     args.draft_length, workloads)
                          for m in args.models.split(",")}}
     emit(report, args.json, render)
     return 0

@@ -20,9 +20,10 @@ them alike:
   attention (every contender runs llama.cpp's flash attention as the seam does by default).
 
 Each worker loads, warms up on the prompt itself (as llama-bench does: the first pass of a
-batch shape pays costs that are not prefill speed), resets, then measures. Reported per contender: load time, time to first
-token (from the start of prefill), prefill and decode tokens/s (median, min-max), peak RSS, and
-the decode rate per position bucket (flat is good); ratios (against ``minimal`` and
+batch shape pays costs that are not prefill speed), resets, then measures. Reported per
+contender: load time, time to first token (from the start of prefill), prefill and decode
+tokens/s (median, min-max), peak RSS, and the decode rate per position bucket (flat is good);
+ratios (against ``minimal`` and
 llama-bench) are medians of per-round ratios. Models: the tiny bundle's GGUF and a random-weight
 ~0.85 B llama (Q4_0 / Q8_0) made by ``tools/make_random_gguf.py`` into ``.bench-cache/``, or
 any GGUF path (the real models: ``benchmarks/real_models.py`` finds them).

@@ -84,11 +84,14 @@ def _size(path: Path) -> int:
 def _seam(bundle: Path, backend: str, options: dict[str, Any], threads: int) -> None:
     from eliza_backends import open_stream
 
+    # LiteRT-LM's engine ends a turn at its stop tokens itself (no ignore_eos): it may stop early
+    ignore_eos = options.get("session") != "engine"
     with open_stream(bundle, backend=backend, threads=threads, max_tokens=N_GEN,
-                     ignore_eos=True, context_size=512, options={backend: options}) as stream:
+                     ignore_eos=ignore_eos, context_size=512, options={backend: options}
+                     ) as stream:
         stream.prefill(stream.session.tokenize(PROMPT)[:N_PROMPT])
-        for _ in range(N_GEN):
-            stream.next(1)
+        for _ in stream:
+            pass
 
 
 def _llama_direct(path: Path, threads: int) -> None:
