@@ -52,7 +52,10 @@ def seam(bundle: Path, prompt: list[int], n: int, threads: int, backend: str,
          options: dict[str, Any] | None = None) -> tuple[Callable[[], Timing], Callable[[], None]]:
     import eliza_backends as eb
 
-    stream = eb.open_stream(bundle, backend=backend, max_tokens=n, ignore_eos=True,
+    engine = (options or {}).get("litert-lm", {}).get("session") == "engine"
+    # the LiteRT-LM engine ends a turn at its stop tokens itself and refuses ignore_eos; its
+    # decode rate is per token produced, so a turn that ends early still measures it
+    stream = eb.open_stream(bundle, backend=backend, max_tokens=n, ignore_eos=not engine,
                             threads=threads, options=options or {})
 
     def run() -> Timing:

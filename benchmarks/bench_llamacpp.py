@@ -45,6 +45,8 @@ from typing import Any
 
 from harness import ROOT, TINY, interleave, spawn, summarize
 
+from eliza_backends.bench import peak_rss_mb
+
 CACHE = ROOT / ".bench-cache"
 CONTENDERS = ("seam", "seam8", "minimal", "highlevel", "llama-bench")
 LLAMA_BENCH = CACHE / "llama-bench-{version}" / "build" / "bin" / "llama-bench"
@@ -95,10 +97,6 @@ def _extra_buffers() -> bool:
     from eliza_llamacpp.model import use_extra_buffers
 
     return use_extra_buffers(LlamaCppOptions())
-
-
-def _rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 # ---------------------------------------------------------------------------- workers
@@ -238,6 +236,8 @@ def run_llama_bench(bundle: Path, n_prompt: int, n_gen: int, threads: int) -> di
         proc = subprocess.run([*common, *test], capture_output=True, text=True, check=True)
         out[key] = json.loads(proc.stdout)[0]["avg_ts"]
     out["prefill_s"] = n_prompt / out["prefill_tps"]
+    # the largest child's ru_maxrss (not VmHWM, the processes are gone): it includes this small
+    # worker's own peak, inherited at exec, which is far below llama-bench's
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     return out
 
@@ -259,7 +259,7 @@ def _result(load: float, t_start: float, t_prefill: float | None, stamps: list[f
         "decode_tps": decode,
         "tokens": len(stamps),
         "per_position_tps": buckets,
-        "peak_rss_mb": _rss_mb(),
+        "peak_rss_mb": peak_rss_mb(),
     }
 
 

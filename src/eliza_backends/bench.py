@@ -74,8 +74,24 @@ def run_worker(bundle: str, backend: str, prompt_tokens: int, gen_tokens: int,
             "decode_tps": decode_tps, "tokens": n, "drafted": m.drafted,
             "accepted": m.accepted, "acceptance": m.acceptance_rate,
             "decode_wall_s": t_end - t_decode,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "peak_rss_mb": peak_rss_mb(),
         }
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MiB since it started its program: Linux's
+    ``VmHWM``. Not ``ru_maxrss``: a child started with ``vfork``/``exec`` (what ``subprocess``
+    does) inherits its parent's peak there, so a worker of a 1.7 GB driver reported 1.7 GB
+    whatever it ran. Elsewhere ``ru_maxrss`` (bytes on macOS, KiB on the BSDs)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024
 
 
 @dataclass
@@ -265,4 +281,4 @@ if __name__ == "__main__":
 
 
 __all__ = ["PROGRESS_MARK", "BenchReport", "ProgressCallback", "bench", "cell", "format_table",
-           "run_worker", "spawn_worker", "summarize"]
+           "peak_rss_mb", "run_worker", "spawn_worker", "summarize"]
