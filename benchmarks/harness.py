@@ -73,9 +73,9 @@ def run_script(name: str, *args: str, timeout: int = 1800) -> dict[str, Any]:
     print(f"$ {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        tail = proc.stderr.strip().splitlines()[-3:]
-        return {"error": f"exit {proc.returncode}: {' | '.join(tail)}"}
+    if proc.returncode != 0:  # the Python error, not LiteRT's native log lines after it
+        lines = [ln for ln in proc.stderr.strip().splitlines() if not ln.startswith("INFO: [")]
+        return {"error": f"exit {proc.returncode}: {' | '.join(lines[-3:])}"}
     out: dict[str, Any] = json.loads(proc.stdout[proc.stdout.index("{"):])
     out["_wall_s"] = time.perf_counter() - t0
     return out
