@@ -137,6 +137,27 @@ def test_speculate_equals_plain_greedy_and_counts_honestly() -> None:
     assert all(len(c) <= 4 for c in calls)
 
 
+def test_whole_rounds_end_the_step_instead_of_cutting_a_round() -> None:
+    """A default step (whole rounds) never verifies a round cut to fit what is left of it: after
+    a round of 4 in a 5-token step it stops at 4, where a sized step cuts a 0-draft round."""
+    from eliza_backends.speculative import speculate
+
+    def run(whole: bool) -> tuple[list[int], list[int]]:
+        sizes: list[int] = []
+
+        def verify(seq: Sequence[int], drafts: list[int]) -> tuple[list[int], int]:
+            sizes.append(len(drafts))
+            return [*drafts, 7], len(drafts)  # every draft accepted
+
+        seq = [7, 7, 7, 7]
+        tokens, _, _ = speculate(NgramDrafter(), seq, 5, 3, verify, lambda t: False,
+                                 lambda: None, whole_rounds=whole)
+        return tokens, sizes
+
+    assert run(True) == ([7] * 4, [3])
+    assert run(False) == ([7] * 5, [3, 0])
+
+
 def test_speculate_stops_at_an_end_token_and_checks_cancel_each_round() -> None:
     from eliza_backends import CancelledError
     from eliza_backends.speculative import speculate

@@ -234,9 +234,12 @@ class Session(ABC):
         spec = OutputSpec.from_config(config)
         self.__output: OutputSpec | None = spec if spec.active else None
         self.__guide: LogitsGuide | None = None  # this turn's, built at prefill
-        # with a drafter, a default step is one speculative round (draft_length + 1 tokens)
-        speculative = config.drafter != "none" and config.tokens_per_step == 1
-        self.__default_step = config.draft_length + 1 if speculative else config.tokens_per_step
+        # with a drafter, a default step is a round's worth (draft_length + 1 tokens) made of
+        # whole rounds: it ends early rather than cut a round short (see __whole_rounds)
+        self.__speculative_steps = config.drafter != "none" and config.tokens_per_step == 1
+        self.__default_step = (config.draft_length + 1 if self.__speculative_steps
+                               else config.tokens_per_step)
+        self.__whole_rounds = False  # this step is a default speculative one
         if context is not None:
             context.track(self)
 
@@ -411,7 +414,8 @@ class Session(ABC):
     def next(self, max_tokens: int | None = None) -> Step:
         """Generate up to ``max_tokens`` tokens (default ``config.tokens_per_step``, or
         ``draft_length + 1`` when a drafter is on and ``tokens_per_step`` is 1; a speculative
-        step runs draft/verify rounds until it has that many tokens or the stream ends).
+        step runs draft/verify rounds until it has that many tokens or the stream ends, except
+        that a default one ends early rather than cut a round's drafts to fit).
 
         Returns a final :class:`Step` when an end-of-generation token, a stop string, the
         ``config.max_tokens`` budget or the context window ends the stream; calling again after
@@ -444,6 +448,7 @@ class Session(ABC):
                 else:
                     n = len(history)
                     before = (self.__generated, self.__assembler.state())
+                    self.__whole_rounds = max_tokens is None and self.__speculative_steps
                     out = self._decode(min(want, budget, room))
                     step = self.__assemble(out, budget, room)
                     if self.__deferral.interrupting:  # Ctrl-C after the last safe point: the
@@ -804,7 +809,8 @@ class Session(ABC):
             self.__policy = self.__make_policy(drafter, k)
         tokens, drafted, accepted = speculate(
             drafter, [*self.__history, *after], max_tokens - len(after), k, verify,
-            self._ends_generation, self._raise_if_cancelled, self.__policy)
+            self._ends_generation, self._raise_if_cancelled, self.__policy,
+            whole_rounds=self.__whole_rounds)
         return Decoded([*after, *tokens], drafted, accepted)
 
     @property

@@ -176,14 +176,17 @@ class ModelDrafter(ABC):
 
 def speculate(drafter: Drafter, sequence: Sequence[int], max_tokens: int, draft_length: int,
               verify: Verify, is_end: Callable[[int], bool],
-              check_cancel: Callable[[], None], policy: DraftPolicy | None = None
-              ) -> tuple[list[int], int, int]:
+              check_cancel: Callable[[], None], policy: DraftPolicy | None = None, *,
+              whole_rounds: bool = False) -> tuple[list[int], int, int]:
     """Draft/verify rounds continuing ``sequence`` until ``max_tokens`` tokens or an end token.
 
     Each round: ``check_cancel()``, ``k = min(draft_length, tokens left - 1)`` drafts from
     ``drafter`` (with a ``policy``: ``min(policy.next_length(), draft_length, ...)``, 0 meaning a
     plain one-token round; the policy sees every round's acceptance and time), then
-    ``verify``. Returns (tokens produced, drafts proposed, drafts accepted).
+    ``verify``. ``whole_rounds``: once there are tokens, stop (fewer than ``max_tokens``)
+    rather than cut the next round's drafts to fit; for a step whose size is only a round's
+    worth (a cut round is the costly kind: on Gemma 3 a 3-token pass costs more than a 4-token
+    one). Returns (tokens produced, drafts proposed, drafts accepted).
     """
     seq = list(sequence)
     out: list[int] = []
@@ -191,7 +194,10 @@ def speculate(drafter: Drafter, sequence: Sequence[int], max_tokens: int, draft_
     while len(out) < max_tokens:
         check_cancel()
         want = draft_length if policy is None else min(policy.next_length(), draft_length)
-        k = min(want, max_tokens - len(out) - 1)
+        left = max_tokens - len(out)
+        if whole_rounds and out and want >= left:
+            break
+        k = min(want, left - 1)
         shadow: list[int] = []
         if k > 0:
             t0 = time.perf_counter()
