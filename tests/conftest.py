@@ -1,8 +1,16 @@
-"""Shared fixtures: the tiny bundle, and small plugin distributions on a temporary path.
+"""Shared fixtures: the tiny bundle, small plugin distributions on a temporary path, the one
+Ray cluster of the session; and the test tiers.
 
 ``plugin_site`` writes real distributions (``*.dist-info`` with ``entry_points.txt``) and
 their modules into a temporary directory on ``sys.path``, so the registry discovers them through
 ``importlib.metadata`` exactly as it discovers installed plugins.
+
+Tiers (markers, listed in pyproject.toml; ``--strict-markers``): every test is in the full tier
+(``bash scripts/test.sh``, what CI runs). :data:`QUICK` modules are also in the quick tier
+(``bash scripts/test.sh --quick``, ``-m quick``), except their tests marked with one of
+:data:`FULL_ONLY`; :data:`KINDS` marks whole modules with those kinds here, and every
+``test_fuzz*`` is ``fuzz``, so a test file keeps its imports and bodies and the tiers are read
+in one place.
 """
 
 from __future__ import annotations
@@ -17,6 +25,40 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_BUNDLE = ROOT / "examples" / "bundles" / "tiny"
+
+#: what a developer runs after each change: the contract (conformance kit), selector, stream,
+#: chat, structured output and server tests on the tiny bundle
+QUICK = frozenset({
+    "test_bundle", "test_chat", "test_chat_tokens", "test_conformance_scripted",
+    "test_kit_catches_broken_backends", "test_openai_api", "test_openai_server",
+    "test_selector", "test_stream_api", "test_structured", "test_text_and_slots",
+    "test_tokenizer", "test_typed_errors",
+})
+#: markers that keep a test out of the quick tier (full tier only)
+FULL_ONLY = ("slow", "fuzz", "crash_oracle", "ray", "real")
+#: whole modules of a full-tier-only kind
+KINDS: dict[str, tuple[str, ...]] = {
+    "test_gguf_fuzz": ("crash_oracle",),
+    "test_tflite_fuzz": ("crash_oracle",),
+    "test_ray_data": ("ray",),
+    "test_ray_serve": ("ray",),
+    "test_openai_real": ("real",),
+    "test_structured_real": ("real",),
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its tier (see the module docstring)."""
+    for item in items:
+        module = item.path.stem
+        if item.path.parent.name == "real":
+            item.add_marker(pytest.mark.real)
+        for kind in KINDS.get(module, ()):
+            item.add_marker(getattr(pytest.mark, kind))
+        if getattr(item, "originalname", item.name).startswith("test_fuzz"):
+            item.add_marker(pytest.mark.fuzz)
+        if module in QUICK and not any(item.get_closest_marker(m) for m in FULL_ONLY):
+            item.add_marker(pytest.mark.quick)
 
 
 class PluginSite:
@@ -81,3 +123,18 @@ def make_bundle(root: Path, *names: str) -> Path:
 def tiny_bundle() -> Path:
     assert (TINY_BUNDLE / "manifest.json").is_file(), "the tiny bundle is missing"
     return TINY_BUNDLE
+
+
+@pytest.fixture(scope="session")
+def ray_session() -> Iterator[None]:
+    """One local Ray cluster (tests/ray_cluster.py) for every Ray test of the session: it used
+    to be started and shut down once per module. Tests that use it leave no actors or Serve
+    applications behind them."""
+    import ray
+    from ray_cluster import start_local_ray
+
+    start_local_ray()
+    try:
+        yield
+    finally:
+        ray.shutdown()

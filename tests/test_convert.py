@@ -130,6 +130,49 @@ def test_stages_are_cached_by_content_key(tmp_path: Path) -> None:
     resumed = runner.run("t", (), build)  # an unfinished stage is redone, not reused
     assert not resumed.cached and (resumed.directory / "out.txt").is_file()
 
+    moved = runner.rekey(other, ("a", 3))  # filed under a key known once it ran
+    assert not other.directory.exists() and (moved.directory / "out.txt").is_file()
+    assert runner.run("s", ("a", 3), build).cached and len(calls) == 3
+
+
+def test_verify_key_follows_the_serving_modules_it_loaded(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """The verify stage is keyed by the source of the serving modules the last verification
+    of the same artifacts loaded: a change to one of them re-verifies, a change elsewhere (or
+    to the converter and the CLI, which are not serving code) does not."""
+    import eliza_llamacpp  # noqa: F401  (a plugin, loaded as a verification loads it)
+
+    import eliza_backends.cli
+    import eliza_backends.stream  # noqa: F401
+    from eliza_backends.convert import verify_key
+
+    loaded = verify_key.loaded_modules()
+    assert {"eliza_backends.stream", "eliza_llamacpp"} <= set(loaded)
+    assert not [m for m in loaded if m.startswith(("eliza_backends.convert",
+                                                   "eliza_backends.cli"))]
+    pkg = tmp_path / "site" / "servepkg"
+    pkg.mkdir(parents=True)
+    for name, text in (("__init__", ""), ("used", "X = 1\n"), ("unused", "Y = 1\n")):
+        (pkg / f"{name}.py").write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    work = tmp_path / "work"
+    base = verify_key.base_parts(["stage-a"], {"torch": "2.13.0"})
+    assert verify_key.verify_key_parts(work, base)[-1] == "unrecorded"
+    verify_key.record_modules(work, base, ["servepkg", "servepkg.used"])
+    keyed = verify_key.verify_key_parts(work, base)
+    assert keyed[-1] != "unrecorded"
+    (pkg / "unused.py").write_text("Y = 2\n")
+    assert verify_key.verify_key_parts(work, base) == keyed
+    (pkg / "used.py").write_text("X = 2\n")
+    changed = verify_key.verify_key_parts(work, base)
+    assert changed != keyed
+    (pkg / "used.py").rename(pkg / "moved.py")
+    assert verify_key.verify_key_parts(work, base) not in (keyed, changed)
+    # other artifacts or runtime versions: their own record
+    other = verify_key.base_parts(["stage-a"], {"torch": "2.14.0"})
+    assert verify_key.recorded_modules(work, other) is None
+
 
 def test_bundles_accept_and_list_sidecar_tokenizers(tmp_path: Path, tiny_bundle: Path) -> None:
     src = tmp_path / "src"

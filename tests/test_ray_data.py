@@ -1,11 +1,10 @@
 """Batch generation on Ray Data (issue 20): 200 rows on 2 actors of a local Ray cluster give
 exactly the in-process API's answers, in order; bad rows fail alone; cancelling frees the
-actors. One Ray session (2 CPUs, no dashboard) serves the whole module."""
+actors. One Ray session (2 CPUs, no dashboard) serves the whole test session."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import psutil
@@ -13,7 +12,6 @@ import pyarrow as pa
 import pytest
 import ray
 from conftest import ROOT, TINY_BUNDLE
-from ray_cluster import start_local_ray
 
 from eliza_backends import InferenceContext, chat_completion, completion
 from eliza_backends.ray import RESULT_COLUMNS, BatchGenerator, generate
@@ -57,13 +55,8 @@ def in_process(items: list[dict[str, Any]]) -> list[str | None]:
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[None]:
-    start_local_ray()
+def cluster(ray_session: None) -> None:
     ray.data.DataContext.get_current().enable_progress_bars = False
-    try:
-        yield
-    finally:
-        ray.shutdown()
 
 
 def test_batch_generator_in_process_row_errors() -> None:

@@ -1,7 +1,8 @@
 """The OpenAI server on Ray Serve (issue 20): 2 replicas on a local Ray cluster answer the
 official ``openai`` client on loopback with the in-process API's replies, each replica says
 which backend it selected, and killing a replica mid-run loses no request the client retries.
-One Ray session (2 CPUs) and one Serve application serve the whole module."""
+One Ray session (2 CPUs, shared by the whole test session) and one Serve application
+serve the whole module."""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ import pytest
 import ray
 from conftest import TINY_BUNDLE
 from ray import serve
-from ray_cluster import start_local_ray
 
 from eliza_backends import InferenceContext, chat_completion
 from eliza_backends.ray import app_builder, deployment
@@ -37,9 +37,9 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def served() -> Iterator[str]:
-    """The API base URL of a 2-replica deployment of the tiny bundle."""
-    start_local_ray()
+def served(ray_session: None) -> Iterator[str]:
+    """The API base URL of a 2-replica deployment of the tiny bundle (on the session's one Ray
+    cluster; Serve is shut down after the module, the cluster after the session)."""
     try:
         port = free_port()
         serve.start(http_options={"host": "127.0.0.1", "port": port})
@@ -49,7 +49,6 @@ def served() -> Iterator[str]:
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         serve.shutdown()
-        ray.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,12 @@ checked against its sha256 before use.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import subprocess
 import sys
+import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,8 +122,11 @@ def convert_python() -> Path:
     return Path(os.environ.get("ELIZA_CONVERT_PYTHON") or ROOT / ".venv-convert/bin/python")
 
 
+@functools.cache
 def converted(model: RealModel) -> Path:
-    """The model's bundle, converted (or re-checked from the stage cache) now."""
+    """The model's bundle, converted (or re-checked from the stage cache) once per process:
+    the tier's session fixtures and the structured and server tests outside tests/real share
+    it (each used to rerun ``bundle convert``, cached, on every first use)."""
     src = fetch(model)
     py = convert_python()
     if not py.is_file():
@@ -139,3 +144,27 @@ def converted(model: RealModel) -> Path:
         pytest.fail(f"bundle convert failed (exit {done.returncode}):\n"
                     + log.read_text(errors="replace")[-4000:])
     return out
+
+
+def main(argv: list[str]) -> int:
+    """Convert the named models (all by default) ahead of the tests: ``.ci/run`` does it in
+    its ``real-convert`` phase, so the tier's fixtures only re-check the cached stages. Prints
+    each model's time and its stage lines (done in / cached)."""
+    wanted = [m for m in (SMOLLM2, GEMMA3) if not argv or m.key in argv]
+    for model in wanted:
+        t0 = time.monotonic()
+        try:
+            out = converted(model)
+        except BaseException as exc:  # pytest.fail outside pytest: the log tail is its message
+            print(f"real-convert {model.key}: FAILED: {exc}", flush=True)
+            return 1
+        log = cache_dir() / "bundles" / f"{model.key}.convert.log"
+        for line in log.read_text(errors="replace").splitlines():
+            if ": done in" in line or ": cached" in line or "ready" in line:
+                print(f"  {model.key} {line}")
+        print(f"real-convert {model.key}: {out} in {time.monotonic() - t0:.0f}s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

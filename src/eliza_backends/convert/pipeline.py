@@ -367,10 +367,12 @@ def convert(src: str | os.PathLike[str], out: str | os.PathLike[str], plan: Conv
         "stages": runner.summary(),
     }
     if plan.verify:
+        from . import verify_key
         from .verify import verify_bundle_parity
 
-        vkey = (tuple(stage_keys), toolchain.runtime_code_hash(), versions,
-                toolchain.code_hash("verify"))
+        # keyed by the artifacts, the runtimes' versions, verify.py and the serving modules the
+        # last verification of these artifacts loaded (see verify_key)
+        vbase = verify_key.base_parts(stage_keys, versions)
 
         def build_verify(d: Path) -> None:
             parity = verify_bundle_parity(root, hf_dir, f32_gguf, facts, log=runner.say,
@@ -381,8 +383,12 @@ def convert(src: str | os.PathLike[str], out: str | os.PathLike[str], plan: Conv
                 (root / "parity.json").write_text(text)
                 raise BackendRuntimeError(f"--verify could not run every artifact: {failed}")
             (d / "parity.json").write_text(text)
+            verify_key.record_modules(runner.work_dir, vbase, verify_key.loaded_modules())
 
-        st = runner.run("verify", vkey, build_verify)
+        st = runner.run("verify", verify_key.verify_key_parts(runner.work_dir, vbase),
+                        build_verify)
+        if not st.cached:  # filed under the modules it loaded, where the next run looks
+            st = runner.rekey(st, verify_key.verify_key_parts(runner.work_dir, vbase))
         shutil.copy2(st.directory / "parity.json", root / "parity.json")
         report["parity"] = "parity.json"
     report["seconds"] = round(sum(r.seconds for r in runner.records), 1)

@@ -79,6 +79,20 @@ class StageRunner:
         self.records.append(rec)
         return rec
 
+    def rekey(self, rec: StageRecord, key_parts: tuple[Any, ...]) -> StageRecord:
+        """File the finished stage ``rec`` under the key of ``key_parts`` (for a stage whose
+        key is known fully only once it ran); returns its record there."""
+        key = content_key(rec.name, *key_parts)
+        out = self.work_dir / f"{rec.name}-{key[:16]}"
+        if out != rec.directory:
+            if out.exists():
+                shutil.rmtree(out)
+            rec.directory.rename(out)
+            (out / _DONE).write_text(json.dumps({"key": key, "seconds": rec.seconds}) + "\n")
+        new = StageRecord(rec.name, key, rec.cached, rec.seconds, out)
+        self.records[self.records.index(rec)] = new
+        return new
+
     def summary(self) -> list[dict[str, Any]]:
         """The records as JSON-ready dicts (for the conversion report)."""
         return [{"stage": r.name, "key": r.key, "cached": r.cached,

@@ -118,20 +118,3 @@ def code_hash(*modules: str) -> str:
 __all__ = ["EXTRA", "MissingToolError", "can_make", "code_hash", "missing", "require",
            "versions"]
 
-
-def runtime_code_hash() -> str:
-    """sha256 of the core's and the installed plugins' source (verification results depend on
-    the serving code, so a change re-runs ``--verify``)."""
-    import eliza_backends
-
-    h = hashlib.sha256()
-    roots = [Path(eliza_backends.__file__).parent]
-    for name in ("eliza_llamacpp", "eliza_litert", "eliza_mlx"):
-        spec = importlib.util.find_spec(name)
-        if spec is not None and spec.submodule_search_locations:
-            roots.append(Path(next(iter(spec.submodule_search_locations))))
-    for root in roots:
-        for path in sorted(root.rglob("*.py")):
-            h.update(path.relative_to(root).as_posix().encode())
-            h.update(path.read_bytes())
-    return h.hexdigest()
