@@ -23,11 +23,14 @@ from pathlib import Path
 
 import pytest
 
+from eliza_backends.testing import BackendConformance
+
 ROOT = Path(__file__).resolve().parent.parent
 TINY_BUNDLE = ROOT / "examples" / "bundles" / "tiny"
 
-#: what a developer runs after each change: the contract (conformance kit), selector, stream,
-#: chat, structured output and server tests on the tiny bundle
+#: what a developer runs after each change: the contract (these modules, and the conformance kit
+#: on every backend: each BackendConformance class), selector, stream, chat, structured output
+#: and server tests on the tiny bundle
 QUICK = frozenset({
     "test_bundle", "test_chat", "test_chat_tokens", "test_conformance_scripted",
     "test_kit_catches_broken_backends", "test_openai_api", "test_openai_server",
@@ -57,7 +60,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(getattr(pytest.mark, kind))
         if getattr(item, "originalname", item.name).startswith("test_fuzz"):
             item.add_marker(pytest.mark.fuzz)
-        if module in QUICK and not any(item.get_closest_marker(m) for m in FULL_ONLY):
+        cls = getattr(item, "cls", None)
+        kit = cls is not None and issubclass(cls, BackendConformance)
+        if (module in QUICK or kit) and not any(item.get_closest_marker(m) for m in FULL_ONLY):
             item.add_marker(pytest.mark.quick)
 
 
