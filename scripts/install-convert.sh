@@ -6,8 +6,12 @@
 #   .venv-litert-torch  litert-torch and its closure (requirements-litert-torch.txt): its pins
 #                       conflict with the core's, so `bundle convert` runs its exporter there
 # Idempotent: skips the install when nothing it depends on changed since the last run.
+# --litert-torch-only: only .venv-litert-torch (it needs nothing of .venv's: .ci/run makes it
+# while scripts/install.sh compiles llama-cpp-python, which .venv-convert needs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+litert_only=0
+[ "${1:-}" = "--litert-torch-only" ] && litert_only=1
 PYTHON=${PYTHON:-python3}
 VENV=${CONVERT_VENV:-.venv-convert}
 LITERT_VENV=${LITERT_TORCH_VENV:-.venv-litert-torch}
@@ -22,6 +26,7 @@ fi
 # torch first and alone, exactly this version: the CPU build (any other spec may pull CUDA)
 "$LITERT_VENV/bin/python" -m pip install --quiet "torch==2.13.0"
 "$LITERT_VENV/bin/python" -m pip install --quiet -r requirements-litert-torch.txt
+[ "$litert_only" -eq 0 ] || exit 0
 
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
