@@ -6,6 +6,7 @@ conversation. The parts that need a model use the tiny bundle on llama.cpp."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import random
@@ -263,14 +264,16 @@ def test_shutdown_drops_a_client_that_stopped_reading_after_grace() -> None:
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
         sock.connect((host, int(port)))
-        body = json.dumps({"prompt": "Once upon a time", "max_tokens": 1900, "stream": True,
-                           "ignore_eos": True}).encode()
-        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+        # each event carries 20 alternatives per token (~2 KB): the stream outgrows the
+        # socket buffers and uvicorn's write buffer within a second, then the server waits
+        body = json.dumps({"messages": MSGS, "max_tokens": 1900, "stream": True,
+                           "ignore_eos": True, "logprobs": True, "top_logprobs": 20}).encode()
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
                      b"application/json\r\nContent-Length: " + str(len(body)).encode()
                      + b"\r\n\r\n" + body)
-        time.sleep(3.0)  # the server fills the socket and its buffers, then waits on us
+        time.sleep(4.0)
         t0 = time.monotonic()
-        status = proc.stop(timeout=20)
+        status = proc.stop(timeout=15)
         took = time.monotonic() - t0
         sock.close()
         assert status == 0 and took < 10, (status, took, "".join(proc.stderr[-5:]))
@@ -427,3 +430,25 @@ def test_repl_reports_a_failed_save_or_load_and_keeps_the_conversation(tmp_path:
         assert notice.startswith("[saved"), notice
         messages, notice = _chat_command(stream, f"/load {tmp_path / 'ok'}", [], [])
         assert messages == conversation, notice
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ai_edge_litert") is None,
+                    reason="ai-edge-litert is not installed")
+@pytest.mark.parametrize("session", ["interpreter", "engine"])
+def test_litert_native_lines_at_exit_are_behind_verbose(session: str) -> None:
+    """LiteRT's DestroyAccelerator lines (printed as its runtime is freed, some by C++ static
+    destructors after Python is gone) are native log output: hidden by default, shown with
+    -v, as the lines it prints during calls."""
+    base = [sys.executable, "-m", "eliza_backends", "generate", str(TINY_BUNDLE), "Hello",
+            "--backend", "litert-lm", "--max-tokens", "4", "--threads", "1", "--option",
+            f"litert-lm:session={session}"]
+    quiet = subprocess.run(base, capture_output=True, text=True, timeout=120)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "DestroyAccelerator" not in quiet.stderr and "INFO:" not in quiet.stderr, \
+        quiet.stderr
+    assert "[litert-lm]" in quiet.stderr  # the CLI's own stats line is still there
+    loud = subprocess.run([*base[:3], "-v", *base[3:]], capture_output=True, text=True,
+                          timeout=120)
+    assert loud.returncode == 0, loud.stderr
+    if session == "interpreter":  # (the engine session prints none of them)
+        assert "DestroyAccelerator" in loud.stderr, loud.stderr[-2000:]

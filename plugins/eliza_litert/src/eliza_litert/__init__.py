@@ -37,7 +37,11 @@ from eliza_backends import (
     StreamConfig,
     hookimpl,
 )
-from eliza_backends.native_output import native_stderr_to_logging, quiet_by_default
+from eliza_backends.native_output import (
+    native_exit_to_logging,
+    native_stderr_to_logging,
+    quiet_by_default,
+)
 
 from .ladder import ACCELERATOR_ENV, LADDER, RUNG_NAMES, LadderResult, real_host, resolve
 
@@ -179,7 +183,9 @@ class LiteRTFactory(Factory):
                 f"({ladder.summary()})")
 
     def open(self, context: InferenceContext, config: StreamConfig) -> Session:
-        # LiteRT writes its load-time log lines to fd 2 itself: route them into logging
+        # LiteRT writes its load-time log lines to fd 2 itself: route them into logging (and
+        # the ones it writes when the process exits: DestroyAccelerator ...)
+        native_exit_to_logging(NATIVE_LOG)
         with native_stderr_to_logging(NATIVE_LOG):
             return self._open(context, config)
 
