@@ -452,3 +452,41 @@ def test_litert_native_lines_at_exit_are_behind_verbose(session: str) -> None:
     assert loud.returncode == 0, loud.stderr
     if session == "interpreter":  # (the engine session prints none of them)
         assert "DestroyAccelerator" in loud.stderr, loud.stderr[-2000:]
+
+
+@pytest.mark.parametrize("show", [False, True])
+def test_convert_stages_keep_the_tools_noise_behind_verbose(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str], show: bool) -> None:
+    """``bundle convert`` prints its own stage lines; the progress bars and warnings of the
+    tools a stage runs in-process (Python or native, stdout or stderr) go to the stage's
+    tools.log unless -v (``tool_output``); a failing stage shows their last lines."""
+    from eliza_backends.convert.stages import StageRunner
+
+    runner = StageRunner(tmp_path / "work", sys.stderr, tool_output=show)
+
+    def noisy(out: Path) -> None:
+        print("Converting: 100%|####| 12/12 [00:01<00:00]", flush=True)
+        print("tqdm-bar 50%", file=sys.stderr, flush=True)
+        sys.stderr.write("FutureWarning: a tool's deprecation warning\n")
+        os.write(2, b"native tool line\n")
+        runner.say("a line of our own from inside the stage")
+
+    runner.run("noisy", ("k",), noisy)
+    out, err = capfd.readouterr()
+    noise = ["Converting: 100%", "tqdm-bar", "deprecation warning", "native tool line"]
+    assert "noisy: started" in err and "noisy: done" in err
+    assert "a line of our own from inside the stage" in err
+    shown = [n for n in noise if n in out + err]
+    assert shown == (noise if show else []), (out, err)
+    if not show:
+        log = next((tmp_path / "work").glob("noisy-*/tools.log")).read_text()
+        assert all(n in log for n in noise), log
+
+    def failing(out: Path) -> None:
+        print("the tool's reason for failing", file=sys.stderr, flush=True)
+        raise RuntimeError("stage failed")
+
+    with pytest.raises(RuntimeError):
+        runner.run("failing", ("k",), failing)
+    err = capfd.readouterr().err
+    assert "failing: failed after" in err and "the tool's reason for failing" in err

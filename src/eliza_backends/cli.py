@@ -528,7 +528,8 @@ def cmd_bundle_convert(args: argparse.Namespace) -> int:
 
     previous = signal.signal(signal.SIGTERM, terminated)
     try:
-        report = convert(args.src, args.out, plan, work_dir=args.work_dir)
+        report = convert(args.src, args.out, plan, work_dir=args.work_dir,
+                         tool_output=args.verbose > 0)
     finally:
         signal.signal(signal.SIGTERM, previous)
     for art in report["artifacts"]:
