@@ -38,11 +38,12 @@ from pydantic import BaseModel, ValidationError
 
 from .bundle import artifact_format, find_artifacts
 from .config import StreamConfig, describe_validation_error
-from .constraint import ConstraintError, model_vocabulary
+from .constraint import model_vocabulary
 from .draft_policy import DraftPolicy
 from .errors import (
     BundleError,
     CancelledError,
+    ConstraintError,
     ContextFullError,
     InvalidArgumentError,
     SessionBusyError,

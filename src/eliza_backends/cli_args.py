@@ -62,10 +62,13 @@ def float_in(lo: float, hi: float | None = None) -> Callable[[str], float]:
 
 
 def check_input(path: str, what: str) -> None:
-    """``path`` must name something that exists and can be followed (no dangling link, no
-    symlink loop, no component that is a file)."""
+    """``path`` must be a path that can be followed: no symlink loop, no component that is a
+    file, not too long. One that does not exist is left to the command, whose error says
+    what it expected there (a ``BundleError``, exit status 1)."""
     try:
         os.stat(path)
+    except FileNotFoundError:
+        return
     except OSError as exc:
         raise InvalidArgumentError(f"{what} {path}: {exc.strerror or exc}") from None
 

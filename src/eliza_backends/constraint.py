@@ -38,7 +38,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from .errors import BackendRuntimeError, InvalidArgumentError, UnsupportedOperationError
+from .errors import (
+    BackendRuntimeError,
+    ConstraintError,
+    InvalidArgumentError,
+    UnsupportedOperationError,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -49,13 +54,6 @@ ConstraintKind = Literal["json_schema", "regex", "grammar"]
 
 #: The pip extra that installs the constraint engine.
 EXTRA = "eliza-backends[structured]"
-
-
-class ConstraintError(InvalidArgumentError):
-    """The constraint engine gave up on a request's constraint while generating (a grammar
-    that outgrows its parser limits, e.g. "Current row has 4140 items; max is 2000"): the
-    request's fault, so an :class:`InvalidArgumentError` (a 400), raised from ``next()``. The
-    session undoes the step and ends the turn (prefill again); it stays usable."""
 
 
 @dataclass(frozen=True)
