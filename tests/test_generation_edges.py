@@ -29,9 +29,9 @@ from eliza_backends import (
     completion,
     open_stream,
 )
-from eliza_backends.completions import session_config
 from eliza_backends.config import GREEDY_TEMPERATURE
-from eliza_backends.openai_types import ChatCompletionRequest, parse_request
+from eliza_backends.openai.completions import session_config
+from eliza_backends.openai.types import ChatCompletionRequest, parse_request
 
 BACKENDS = [
     pytest.param("llama.cpp", {}, "llama_cpp", id="llama.cpp"),

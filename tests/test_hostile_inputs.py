@@ -24,7 +24,7 @@ from conftest import TINY_BUNDLE
 from server_process import ServerProcess
 
 from eliza_backends import InvalidArgumentError, chat_completion, completion, open_stream
-from eliza_backends.openai_types import (
+from eliza_backends.openai.types import (
     MAX_DEPTH,
     ChatCompletionRequest,
     CompletionRequest,
@@ -135,7 +135,7 @@ def test_deep_nesting_is_refused_before_anything_walks_it(place: str, depth: int
 def test_nesting_inside_a_string_argument_is_kept_as_text() -> None:
     """tool_calls arguments are JSON *text*: nesting inside a string is not a body's nesting,
     and the prompt keeps the text when it does not decode (no RecursionError)."""
-    from eliza_backends.tools import parse_tools, prepare_messages
+    from eliza_backends.openai.tools import parse_tools, prepare_messages
 
     deep = "[" * 100_000 + "]" * 100_000
     req = parse_request(ChatCompletionRequest, {"messages": [
