@@ -69,8 +69,16 @@ def corpus() -> tuple[list[str], list[list[dict[str, Any]]]]:
 def build_tokenizer(prose: list[str], dialogues: list[list[dict[str, Any]]]) -> Any:
     """A byte-fallback BPE over whole lines (llama.cpp's Gemma 4 pre-tokenizer splits only at
     newlines), trained on the corpus with spaces written as U+2581."""
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
-    from tokenizers import processors, trainers
+    from tokenizers import (
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
 
     texts = list(prose) + [m["content"] for d in dialogues for m in d]
     texts += [render_chat(d, False) for d in dialogues]

@@ -17,7 +17,7 @@ What it writes (deterministic: fixed seeds, one torch thread):
     WORK/target.gguf, WORK/assistant.gguf float32 GGUF by llama.cpp's converter
     OUT/text/gemma4-tiny-f32.gguf         the target (llama.cpp)
     OUT/text/gemma4-tiny-mlx/             the target as mlx-lm loads it (float32)
-    OUT/text/draft/gemma4-tiny-assistant-f32.gguf   the MTP assistant (llama.cpp)
+    OUT/text/draft/mtp/gemma4-tiny-assistant-f32.gguf   the MTP assistant (llama.cpp)
     OUT/oracle.json                       float32 torch greedy continuations + gaps
     OUT/training.json                     losses, times, measured draft acceptance
     OUT/manifest.json
@@ -38,7 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import gemma4_family as g4  # noqa: E402
+import gemma4_family as g4
 
 N_ORACLE_TOKENS = 32
 MIN_ORACLE_GAP = 0.1
@@ -229,9 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     text = out / "text"
     if text.exists():
         shutil.rmtree(text)
-    (text / "draft").mkdir(parents=True)
+    (text / "draft" / "mtp").mkdir(parents=True)
     shutil.copy2(work / "target.gguf", text / "gemma4-tiny-f32.gguf")
-    shutil.copy2(work / "assistant.gguf", text / "draft" / "gemma4-tiny-assistant-f32.gguf")
+    shutil.copy2(work / "assistant.gguf", text / "draft" / "mtp" / "gemma4-tiny-assistant-f32.gguf")
     mlx = text / "gemma4-tiny-mlx"
     shutil.copytree(work / "target", mlx)
     (out / "oracle.json").write_text(json.dumps(oracle, indent=1, ensure_ascii=False) + "\n")
