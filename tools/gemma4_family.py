@@ -89,7 +89,11 @@ def build_tokenizer(prose: list[str], dialogues: list[list[dict[str, Any]]]) -> 
     alphabet = sorted({c for t in texts for c in norm.normalize_str(t)} - {"\n"} | {"\n"})
     probe = Tokenizer(models.BPE())
     probe.normalizer = norm
-    probe.pre_tokenizer = split
+    # merges are learned inside "\u2581word" chunks (as SentencePiece splits by whitespace), so
+    # no merge spans a word boundary: whole-line BPE (llama.cpp, and the final tokenizer) then
+    # tokenizes a prompt's end the same way as that text inside a longer line
+    probe.pre_tokenizer = pre_tokenizers.Sequence([
+        split, pre_tokenizers.Split(SPACE, behavior="merged_with_next")])
     n_learned = VOCAB_SIZE - len(fixed)
     trainer = trainers.BpeTrainer(vocab_size=n_learned + len(CONTROL_TOKENS), min_frequency=2,
                                   special_tokens=CONTROL_TOKENS,

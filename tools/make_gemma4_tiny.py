@@ -17,6 +17,8 @@ What it writes (deterministic: fixed seeds, one torch thread):
     WORK/target.gguf, WORK/assistant.gguf float32 GGUF by llama.cpp's converter
     OUT/text/gemma4-tiny-f32.gguf         the target (llama.cpp)
     OUT/text/gemma4-tiny-mlx/             the target as mlx-lm loads it (float32)
+    OUT/text/gemma4-tiny.tflite           the target by litert-torch export_hf (float32)
+    OUT/text/gemma4-tiny.litertlm         the same export packed for LiteRT-LM
     OUT/text/draft/mtp/gemma4-tiny-assistant-f32.gguf   the MTP assistant (llama.cpp)
     OUT/oracle.json                       float32 torch greedy continuations + gaps
     OUT/training.json                     losses, times, measured draft acceptance
@@ -96,6 +98,63 @@ def save_hf(model: Any, tok_dir: Path, out: Path, *, target: bool) -> None:
         g4.ASSISTANT["global_head_dim"]
     text["use_double_wide_mlp"] = False
     (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
+SHIM_DIR = Path(__file__).resolve().parent / "litert_shim"
+
+
+def write_litert_metadata(path: Path, litert_python: str) -> None:
+    """LlmMetadata for the .litertlm: start token <bos>, stop token ids <eos> and <turn|>, the
+    jinja template, greedy sampler, model type gemma4. (export_hf's own guess lists
+    punctuation-prefixed stop strings meant for the real Gemma vocabulary.)"""
+    code = f"""
+from litert_lm_builder.runtime.proto import llm_metadata_pb2, llm_model_type_pb2
+from litert_lm_builder.runtime.proto import sampler_params_pb2
+md = llm_metadata_pb2.LlmMetadata()
+md.start_token.token_ids.ids.append(2)
+for stop in (1, {g4.CONTROL_TOKENS.index(g4.TURN_CLOSE)}):
+    md.stop_tokens.add().token_ids.ids.append(stop)
+md.jinja_prompt_template = {g4.CHAT_TEMPLATE!r}
+md.sampler_params.type = sampler_params_pb2.SamplerParameters.GREEDY
+md.sampler_params.k = 1
+md.max_num_tokens = {LITERT_CACHE_LENGTH}
+md.llm_model_type.CopyFrom(llm_model_type_pb2.LlmModelType(gemma4=llm_model_type_pb2.Gemma4()))
+open({str(path)!r}, "wb").write(md.SerializeToString(deterministic=True))
+"""
+    subprocess.run([litert_python, "-c", code], check=True, env=tool_env([]))
+
+
+LITERT_CACHE_LENGTH = 1024
+
+
+def export_litert(hf_dir: Path, work: Path, tflite_out: Path, litertlm_out: Path,
+                  litert_python: str) -> None:
+    """litert-torch export_hf of the target, unquantized. Work-arounds: the tensorflow shim
+    (as for the tiny bundle); ``experts_implementation: eager`` in a copy of config.json
+    (litert-torch's patched Gemma 4 text model fails transformers' grouped-mm check for a
+    model without experts); ``--split_cache=False``."""
+    src = work / "litert-src"
+    if src.exists():
+        shutil.rmtree(src)
+    shutil.copytree(hf_dir, src)
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["experts_implementation"] = "eager"
+    (src / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    out = work / "litert-export"
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir()
+    metadata = work / "llm_metadata.pb"
+    write_litert_metadata(metadata, litert_python)
+    subprocess.run([litert_python, "-m", "litert_torch.generative.export_hf", f"--model={src}",
+                    f"--output_dir={out}", "--prefill_lengths=32,128",
+                    f"--cache_length={LITERT_CACHE_LENGTH}", "--quantization_recipe=none",
+                    "--keep_temporary_files=True", "--split_cache=False",
+                    f"--litert_lm_llm_metadata_override={metadata}"],
+                   check=True, env=tool_env([SHIM_DIR]), stdout=subprocess.DEVNULL)
+    shutil.copy2(out / "model.tflite", tflite_out)
+    litertlm_out.write_bytes(g4.tiny._fix_litertlm_system_metadata(
+        (out / "model.litertlm").read_bytes(), litertlm_out.name))
 
 
 def convert_gguf(llama_src: Path, hf_dir: Path, out: Path) -> None:
@@ -188,10 +247,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("out", type=Path)
     ap.add_argument("--llama-cpp-src", type=Path, required=True)
     ap.add_argument("--steps", type=int, default=1200)
-    ap.add_argument("--assistant-steps", type=int, default=600)
+    ap.add_argument("--assistant-steps", type=int, default=400)
     ap.add_argument("--work", type=Path, default=None, help="keep HF folders and GGUFs here")
     ap.add_argument("--allow-small-gaps", action="store_true")
     ap.add_argument("--no-bundle", action="store_true", help="stop after WORK (no OUT files)")
+    ap.add_argument("--reuse-work", action="store_true",
+                    help="load the trained pair from WORK/target and WORK/assistant instead of "
+                         "training (re-export only)")
+    ap.add_argument("--litert-python", default="/tmp/ci-base/.venv-litert-torch/bin/python",
+                    help="a python with litert-torch 0.10 (empty: no LiteRT export)")
     args = ap.parse_args(argv)
 
     import torch
@@ -201,9 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     random.seed(g4.SEED)
     t_start = time.time()
     work = (args.work or args.out / ".work").resolve()
-    if work.exists():
+    if work.exists() and not args.reuse_work:
         shutil.rmtree(work)
-    work.mkdir(parents=True)
+    work.mkdir(parents=True, exist_ok=True)
 
     prose, dialogues = g4.corpus()
     tok = g4.build_tokenizer(prose, dialogues)
@@ -211,13 +275,26 @@ def main(argv: list[str] | None = None) -> int:
     stream, starts = g4.training_stream(tok, prose, dialogues)
     log(f"corpus: {len(prose)} documents, {len(dialogues)} dialogues, {len(stream)} tokens")
 
-    target = g4.train_target(stream, starts, args.steps)
-    assistant = g4.train_assistant(target, stream, starts, args.assistant_steps)
-    save_hf(target, work / "tokenizer", work / "target", target=True)
-    save_hf(assistant, work / "tokenizer", work / "assistant", target=False)
-    log("GGUF (llama.cpp's convert_hf_to_gguf.py, f32)")
-    convert_gguf(args.llama_cpp_src, work / "target", work / "target.gguf")
-    convert_gguf(args.llama_cpp_src, work / "assistant", work / "assistant.gguf")
+    if args.reuse_work:
+        from transformers import Gemma4AssistantForCausalLM, Gemma4ForCausalLM
+
+        target = Gemma4ForCausalLM.from_pretrained(str(work / "target"), dtype=torch.float32)
+        assistant = Gemma4AssistantForCausalLM.from_pretrained(str(work / "assistant"),
+                                                               dtype=torch.float32)
+        target.eval()
+        assistant.eval()
+        prior = json.loads((work / "training.json").read_text())
+        target.train_stats, assistant.train_stats = prior["target"], prior["assistant"]
+    else:
+        target = g4.train_target(stream, starts, args.steps)
+        assistant = g4.train_assistant(target, stream, starts, args.assistant_steps)
+        save_hf(target, work / "tokenizer", work / "target", target=True)
+        save_hf(assistant, work / "tokenizer", work / "assistant", target=False)
+        (work / "training.json").write_text(json.dumps(
+            {"target": target.train_stats, "assistant": assistant.train_stats}, indent=1))
+        log("GGUF (llama.cpp's convert_hf_to_gguf.py, f32)")
+        convert_gguf(args.llama_cpp_src, work / "target", work / "target.gguf")
+        convert_gguf(args.llama_cpp_src, work / "assistant", work / "assistant.gguf")
     if args.no_bundle:
         return 0
 
@@ -234,6 +311,10 @@ def main(argv: list[str] | None = None) -> int:
     shutil.copy2(work / "assistant.gguf", text / "draft" / "mtp" / "gemma4-tiny-assistant-f32.gguf")
     mlx = text / "gemma4-tiny-mlx"
     shutil.copytree(work / "target", mlx)
+    if args.litert_python:
+        log("LiteRT (litert-torch export_hf)")
+        export_litert(work / "target", work, text / "gemma4-tiny.tflite",
+                      text / "gemma4-tiny.litertlm", args.litert_python)
     (out / "oracle.json").write_text(json.dumps(oracle, indent=1, ensure_ascii=False) + "\n")
     training = {"target": target.train_stats, "assistant": assistant.train_stats,
                 "acceptance_torch": acc, "total_seconds": round(time.time() - t_start, 1),
