@@ -400,7 +400,7 @@ class ImplicitBundle:
     to the artifact (and to the tokenizer files beside it, see :data:`_SIDECARS`). Nothing is
     copied and no manifest is written (there is nothing to verify against). :meth:`close`
     removes the links, never the model. Use it as a context manager, or let
-    :class:`~eliza_backends.context.InferenceContext` own it.
+    :class:`~eliza_backends.backend.context.InferenceContext` own it.
     """
 
     def __init__(self, artifact: str | os.PathLike[str]) -> None:

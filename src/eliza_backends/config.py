@@ -119,7 +119,7 @@ class StreamConfig(BaseModel):
         if len(constraints) > 1:
             raise ValueError(f"set one output constraint, not {' and '.join(constraints)}")
         if constraints:
-            from .logits import OutputSpec
+            from .structured.logits import OutputSpec
 
             try:  # checks the shapes and that the constraint compiles (no vocabulary yet)
                 spec = OutputSpec.from_config(self)

@@ -17,20 +17,20 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .backend import Session, Step, check_output_support
+from .backend.session import Session, Step, check_output_support
 
 if TYPE_CHECKING:
     import asyncio
 
     from typing_extensions import Unpack  # typing.Unpack from Python 3.11
-from .chat import common_prefix, render_bounds
-from .chat_tokens import chat_token_ids
+from .backend.context import InferenceContext
 from .config import StreamConfig, StreamOverrides
-from .context import InferenceContext
 from .errors import InvalidArgumentError, PluginError, UnsupportedOperationError
-from .logits import OutputSpec
+from .prompt.chat import common_prefix, render_bounds
+from .prompt.chat_tokens import chat_token_ids
 from .registry import Registry, default_registry
 from .selector import KNOWN_BACKENDS, select
+from .structured.logits import OutputSpec
 
 T = TypeVar("T")
 
@@ -128,8 +128,8 @@ class Stream:
         tokenize the result (no BOS added: templates write their own). Prefills nothing.
         ``tools``: OpenAI tool definitions for a template that renders them.
         Message content is never read as control tokens: ``"<|end|>"`` in a message is text
-        (see :mod:`eliza_backends.chat_tokens`). Rendering is bounded
-        (:class:`~eliza_backends.chat.RenderLimits`) and :meth:`cancel` stops it with
+        (see :mod:`eliza_backends.prompt.chat_tokens`). Rendering is bounded
+        (:class:`~eliza_backends.prompt.chat.RenderLimits`) and :meth:`cancel` stops it with
         :class:`CancelledError`.
         """
         session = self.session

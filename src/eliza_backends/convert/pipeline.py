@@ -51,8 +51,8 @@ _TOOLS = {"gguf": "gguf", "mlx": "mlx", "litert": "litert", "coreml": "coreml"}
 
 def default_cache_dir() -> Path:
     """``$ELIZA_CACHE_DIR`` or ``$XDG_CACHE_HOME/eliza-backends`` (``~/.cache/...``): the one
-    cache root of :func:`eliza_backends.slots.cache_dir`."""
-    from ..slots import cache_dir
+    cache root of :func:`eliza_backends.runtime.slots.cache_dir`."""
+    from ..runtime.slots import cache_dir
 
     return cache_dir()
 

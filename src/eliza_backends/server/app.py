@@ -42,8 +42,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..chat import render_chat
-from ..completions import (
+from ..errors import CancelledError, ContextFullError, ElizaError, UnsupportedOperationError
+from ..openai.completions import (
     Generation,
     Responder,
     generation_for,
@@ -51,8 +51,7 @@ from ..completions import (
     session_config,
     usage_of,
 )
-from ..errors import CancelledError, ContextFullError, ElizaError, UnsupportedOperationError
-from ..openai_types import (
+from ..openai.types import (
     ChatCompletionRequest,
     CompletionRequest,
     ErrorDetail,
@@ -62,6 +61,7 @@ from ..openai_types import (
     RequestError,
     parse_request,
 )
+from ..prompt.chat import render_chat
 from ..stream import Stream
 from .pool import Lease, PoolClosedError, PoolFullError, SessionPool
 

@@ -34,8 +34,8 @@ from typing import IO, Any, Literal
 
 import uvicorn
 
-from ..completions import model_name
 from ..config import StreamConfig
+from ..openai.completions import model_name
 from .app import create_app
 from .pool import SessionPool
 

@@ -52,11 +52,11 @@ from eliza_backends import (
     StreamConfig,
     UnsupportedOperationError,
 )
-from eliza_backends.tokenizer import Tokenizer
+from eliza_backends.backend import Tokenizer
 
-from . import LiteRTOptions
 from .container import container_tokenizer, read_container
 from .ladder import Rung
+from .options import LiteRTOptions
 
 
 @dataclass

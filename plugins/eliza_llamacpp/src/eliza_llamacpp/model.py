@@ -26,8 +26,9 @@ from eliza_backends import (
     StreamConfig,
 )
 
-from . import LlamaCppOptions, model_checks, native_guard
+from . import model_checks, native_guard
 from .gguf_header import check_gguf
+from .options import LlamaCppOptions
 
 log = logging.getLogger("eliza_llamacpp.native")
 if log.level == logging.NOTSET:  # llama.cpp is chatty: errors only, unless the app says otherwise

@@ -7,8 +7,8 @@ format, converted). It is plain data, validated cheaply; nothing is compiled unt
 generates with it.
 
 :class:`ConstraintMatcher` is one generation's parser state. It is built by the core's logits
-guide (:mod:`eliza_backends.logits`) over **the model's own vocabulary**: the bytes each token
-contributes to the text, read through the session's ``_token_bytes`` hook, which every backend
+guide (:mod:`eliza_backends.structured.logits`) over **the model's own vocabulary**: the bytes each
+token contributes to the text, read through the session's ``_token_bytes`` hook, which every backend
 answers identically for the same model. The same request therefore gives the same masks, and
 with identical weights the same constrained output, on every backend.
 
@@ -21,11 +21,12 @@ of ~50 us (SmolLM2) and ~0.1-1 ms (Gemma 3); it does regex, JSON schema and Lark
 triton at install).
 
 The vocabulary object (an llguidance ``LLTokenizer``) costs 0.3 s (49k tokens) to 2.5 s (262k)
-to build, so it is made once per loaded model (:class:`~eliza_backends.model_info.ModelInfo`)
-and shared by its sessions. Its tokenize function is llguidance's own greedy tokenization over
-the same vocabulary: the masks admit every tokenization of the allowed text, so tokenization is
-used only for llguidance's forced-text shortcuts and never calls back into a runtime (nothing
-native is touched after the weights are freed).
+to build, so it is made once per loaded model
+(:class:`~eliza_backends.backend.model_info.ModelInfo`) and shared by its sessions. Its tokenize
+function is llguidance's own greedy tokenization over the same vocabulary: the masks admit every
+tokenization of the allowed text, so tokenization is used only for llguidance's forced-text
+shortcuts and never calls back into a runtime (nothing native is touched after the weights are
+freed).
 """
 
 from __future__ import annotations
@@ -38,12 +39,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from .errors import BackendRuntimeError, InvalidArgumentError, UnsupportedOperationError
+from ..errors import BackendRuntimeError, InvalidArgumentError, UnsupportedOperationError
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from .model_info import ModelInfo
+    from ..backend.model_info import ModelInfo
 
 ConstraintKind = Literal["json_schema", "regex", "grammar"]
 

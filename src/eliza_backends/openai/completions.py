@@ -10,15 +10,15 @@
 Both take a bundle directory, an :class:`InferenceContext` (several calls share one model load)
 or an open :class:`Stream` (a conversation that keeps its KV cache: each call prefills only
 what differs from what the session holds). They return the OpenAI response models of
-:mod:`eliza_backends.openai_types`, or an iterator of chunks with ``stream=True``, the same on
+:mod:`eliza_backends.openai.types`, or an iterator of chunks with ``stream=True``, the same on
 every backend. The server (``eliza-backends serve``) runs the same :class:`Generation` and
 :class:`Responder` on its pooled sessions, so in-process and HTTP answers are identical.
 
 Structured output rides on the same path: ``response_format`` and ``tools`` become a
-:class:`~eliza_backends.constraint.Constraint` and ``logprobs`` / ``top_logprobs`` an
-:class:`~eliza_backends.logits.OutputSpec`, set on the session per request
+:class:`~eliza_backends.structured.constraint.Constraint` and ``logprobs`` / ``top_logprobs`` an
+:class:`~eliza_backends.structured.logits.OutputSpec`, set on the session per request
 (``Session.set_output``) before its prefill, so one pooled session serves any of them;
-tool-call replies are parsed back by :func:`eliza_backends.tools.parse_reply`.
+tool-call replies are parsed back by :func:`eliza_backends.openai.tools.parse_reply`.
 
 Who does what: the session settings that a runtime bakes in when a session opens (sampling:
 temperature, top-p/k, min-p, repeat penalty, seed) come from :func:`session_config`; the
@@ -33,13 +33,16 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, overload
 
-from .backend import FinishReason
-from .config import StreamConfig
-from .context import InferenceContext
-from .errors import ContextFullError, InvalidArgumentError
-from .logits import OutputSpec
-from .logprobs import TokenLogprob
-from .openai_types import (
+from ..backend.context import InferenceContext
+from ..backend.session import FinishReason
+from ..config import StreamConfig
+from ..errors import ContextFullError, InvalidArgumentError
+from ..runtime.text import TextAssembler
+from ..stream import Stream, open_stream
+from ..structured.logits import OutputSpec
+from ..structured.logprobs import TokenLogprob
+from .tools import Tool, parse_reply, prepare_messages
+from .types import (
     AssistantMessage,
     ChatChoice,
     ChatCompletion,
@@ -66,9 +69,6 @@ from .openai_types import (
     parse_request,
     request_output,
 )
-from .stream import Stream, open_stream
-from .text import TextAssembler
-from .tools import Tool, parse_reply, prepare_messages
 
 #: Our finish reasons in OpenAI's terms: an end-of-generation token or a stop string is
 #: "stop"; the token budget or a full context window is "length".
@@ -376,8 +376,8 @@ def request_prompt(request: ChatCompletionRequest | CompletionRequest) -> Prompt
 
 def model_name(bundle_dir: str | os.PathLike[str]) -> str:
     """The id a bundle's model is served under: the manifest's ``name``, else the folder's."""
-    from .bundle import load_manifest
-    from .errors import BundleError
+    from ..bundle import load_manifest
+    from ..errors import BundleError
 
     try:
         name = load_manifest(bundle_dir).name

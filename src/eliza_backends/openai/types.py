@@ -1,12 +1,13 @@
 """The OpenAI wire shapes: chat and text completion requests, responses, chunks, errors.
 
 Pydantic models of the subset of OpenAI's Chat Completions and (legacy) Completions API that
-:mod:`eliza_backends.completions` and the server speak. Requests are strict: an unknown field,
-a wrong type or a value out of range is an :class:`~eliza_backends.errors.InvalidArgumentError`
-naming the field. ``response_format``, ``tools`` / ``tool_choice`` and ``logprobs`` /
-``top_logprobs`` are served (see :mod:`eliza_backends.tools`); fields that OpenAI defines but
-this project does not implement (penalties, ``logit_bias``) are declared, so
-:func:`unsupported_fields` can refuse them with a message instead of calling them unknown.
+:mod:`eliza_backends.openai.completions` and the server speak. Requests are strict: an unknown
+field, a wrong type or a value out of range is an
+:class:`~eliza_backends.errors.InvalidArgumentError` naming the field. ``response_format``,
+``tools`` / ``tool_choice`` and ``logprobs`` / ``top_logprobs`` are served (see
+:mod:`eliza_backends.openai.tools`); fields that OpenAI defines but this project does not implement
+(penalties, ``logit_bias``) are declared, so :func:`unsupported_fields` can refuse them with a
+message instead of calling them unknown.
 
 Responses carry exactly OpenAI's field names, so ``model_dump(exclude_none=True)`` is what goes
 on the wire. ``usage.prompt_tokens_details.cached_tokens`` reports the prompt tokens that a
@@ -21,10 +22,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .config import describe_validation_error
-from .constraint import Constraint
-from .errors import InvalidArgumentError
-from .logits import OutputSpec
+from ..config import describe_validation_error
+from ..errors import InvalidArgumentError
+from ..structured.constraint import Constraint
+from ..structured.logits import OutputSpec
 from .tools import Tool, chosen_tools, parse_tools, reply_constraint
 
 #: OpenAI's finish reasons that this project produces.
@@ -69,7 +70,7 @@ class ChatMessage(BaseModel):
     def for_template(self) -> dict[str, Any]:
         """The dict a chat template renders (``developer`` becomes ``system``; tool calls and
         the id a tool result answers are kept, for
-        :func:`~eliza_backends.tools.prepare_messages`)."""
+        :func:`~eliza_backends.openai.tools.prepare_messages`)."""
         out: dict[str, Any] = {"role": "system" if self.role == "developer" else self.role,
                                "content": self.text()}
         if self.name is not None:
@@ -225,8 +226,8 @@ def unsupported_fields(request: GenerationRequest) -> list[str]:
 
 
 def request_output(request: GenerationRequest) -> tuple[OutputSpec | None, list[Tool] | None]:
-    """The :class:`~eliza_backends.logits.OutputSpec` (constraint, logprobs) and the tools of
-    ``request``; a malformed ``response_format``, ``tools`` or ``tool_choice`` is a
+    """The :class:`~eliza_backends.structured.logits.OutputSpec` (constraint, logprobs) and the
+    tools of ``request``; a malformed ``response_format``, ``tools`` or ``tool_choice`` is a
     :class:`RequestError` naming the field."""
     constraint: Constraint | None = None
     tools: list[Tool] | None = None
