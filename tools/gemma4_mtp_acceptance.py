@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             while m < len(drafts) and drafts[m] == verified[m]:
                 m += 1
             accepted += m
-            new = drafts[:m] + [verified[m]]
+            new = [*drafts[:m], verified[m]]
             h = row(X.llama_get_embeddings_nextn_ith(tctx, m))
             L.llama_memory_seq_rm(mem, 0, pos + m + 1, -1)
             out += new
