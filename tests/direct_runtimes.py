@@ -24,6 +24,7 @@ __all__ = [
     "litertlm_generate_text",
     "litertlm_tokenize",
     "llamacpp_greedy",
+    "llamacpp_mtp_greedy",
     "llamacpp_tokenize",
     "mlx_greedy",
     "tflite_greedy",
@@ -112,6 +113,131 @@ def llamacpp_tokenize(
     """llama.cpp's own tokenization of ``text`` (special-token strings parsed as tokens)."""
     llm = _llama(os.fspath(gguf_path), 512)
     return list(llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True))
+
+
+@lru_cache(maxsize=2)
+def _mtp_pair(target_path: str, assistant_path: str, n_ctx: int = 1024):
+    """A target context made with ``load_mtp`` that emits its post-norm hidden rows, and an MTP
+    context of the assistant over it (``ctx_type = MTP``, ``ctx_other = target``)."""
+    import llama_cpp as L
+    import llama_cpp.llama_cpp_ext as X
+
+    L.llama_backend_init()
+    mp = L.llama_model_default_params()
+    mp.load_mtp = True
+    tm = L.llama_model_load_from_file(target_path.encode(), mp)
+    am = L.llama_model_load_from_file(assistant_path.encode(), L.llama_model_default_params())
+    if not tm or not am:
+        raise ValueError(f"cannot load {target_path} / {assistant_path}")
+
+    def params(mtp_over=None):
+        cp = L.llama_context_default_params()
+        cp.n_ctx = cp.n_batch = cp.n_ubatch = n_ctx
+        cp.n_threads = cp.n_threads_batch = 1
+        if mtp_over is not None:
+            cp.ctx_type = L.LLAMA_CONTEXT_TYPE_MTP
+            cp.ctx_other = mtp_over
+            cp.n_outputs_max = 1
+        return cp
+
+    tctx = L.llama_init_from_model(tm, params())
+    actx = L.llama_init_from_model(am, params(tctx))
+    if not tctx or not actx:
+        raise ValueError("cannot create the target / MTP contexts")
+    X.llama_set_embeddings_nextn(tctx, True, False)
+    X.llama_set_embeddings_nextn(actx, True, False)
+    return tm, am, tctx, actx
+
+
+def llamacpp_mtp_greedy(
+    target_path: str | os.PathLike[str], assistant_path: str | os.PathLike[str],
+    prompt_ids: Sequence[int], n: int, k: int = 4,
+) -> tuple[list[int], int, int]:
+    """``n`` greedy ids after ``prompt_ids`` with Gemma 4's MTP assistant drafting up to ``k``
+    tokens a round, straight on llama-cpp-python's low-level API; returns (ids, drafted,
+    accepted).
+
+    As llama.cpp's ``common_speculative_impl_draft_mtp`` runs a shared-KV assistant: a round
+    drafts at one position p, first from the target's sampled token with the target's hidden
+    row at p-1, then from each drafted token with the assistant's own output row; the target
+    verifies the drafts in one batch (greedy) and its KV is trimmed after the first mismatch.
+    """
+    import ctypes
+
+    import llama_cpp as L
+    import llama_cpp.llama_cpp_ext as X
+    import numpy as np
+
+    tm, _am, tctx, actx = _mtp_pair(os.fspath(target_path), os.fspath(assistant_path))
+    n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(tm))
+    n_embd = L.llama_model_n_embd(tm)
+    mem = L.llama_get_memory(tctx)
+    ids = list(prompt_ids)
+    tok_batch = L.llama_batch_init(len(ids) + k + 1, 0, 1)
+    emb_batch = L.llama_batch_init(1, n_embd, 1)
+    emb_tokens = (L.llama_token * 1)()
+    emb_batch.token = ctypes.cast(emb_tokens, ctypes.POINTER(L.llama_token))
+
+    def decode_target(tokens: list[int], pos0: int) -> None:
+        tok_batch.n_tokens = len(tokens)
+        for i, t in enumerate(tokens):
+            tok_batch.token[i] = t
+            tok_batch.pos[i] = pos0 + i
+            tok_batch.n_seq_id[i] = 1
+            tok_batch.seq_id[i][0] = 0
+            tok_batch.logits[i] = 1
+        if L.llama_decode(tctx, tok_batch) != 0:
+            raise RuntimeError("target decode failed")
+
+    def hidden(ctx: Any, i: int) -> Any:
+        return np.ctypeslib.as_array(X.llama_get_embeddings_nextn_ith(ctx, i),
+                                     shape=(n_embd,)).copy()
+
+    def top(ctx: Any, i: int) -> int:
+        return int(np.argmax(np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, i),
+                                                   shape=(n_vocab,))))
+
+    def draft_step(token: int, pos: int, h: Any) -> tuple[int, Any]:
+        emb_batch.n_tokens = 1
+        emb_tokens[0] = token
+        ctypes.memmove(emb_batch.embd, h.ctypes.data, n_embd * 4)
+        emb_batch.pos[0] = pos
+        emb_batch.n_seq_id[0] = 1
+        emb_batch.seq_id[0][0] = 0
+        emb_batch.logits[0] = 1
+        if L.llama_decode(actx, emb_batch) != 0:
+            raise RuntimeError("assistant decode failed")
+        return top(actx, 0), hidden(actx, 0)
+
+    try:
+        L.llama_memory_clear(mem, True)
+        decode_target(ids, 0)
+        t, h = top(tctx, len(ids) - 1), hidden(tctx, len(ids) - 1)
+        out, pos = [t], len(ids)  # pos: position of t, not yet in the target's KV
+        drafted = accepted = 0
+        while len(out) < n:
+            drafts: list[int] = []
+            tok, hid = t, h
+            for _ in range(min(k, n - len(out))):
+                tok, hid = draft_step(tok, pos, hid)
+                drafts.append(tok)
+            drafted += len(drafts)
+            decode_target([t, *drafts], pos)
+            verified = [top(tctx, i) for i in range(len(drafts) + 1)]
+            m = 0
+            while m < len(drafts) and drafts[m] == verified[m]:
+                m += 1
+            accepted += m
+            h = hidden(tctx, m)
+            L.llama_memory_seq_rm(mem, 0, pos + m + 1, -1)
+            out += [*drafts[:m], verified[m]]
+            pos += m + 1
+            t = out[-1]
+        return out[:n], drafted, accepted
+    finally:
+        L.llama_batch_free(tok_batch)
+        emb_batch.token = None  # (owned by Python, not by llama_batch_free)
+        L.llama_batch_free(emb_batch)
 
 
 # --------------------------------------------------------------------------- MLX
@@ -291,5 +417,5 @@ def litertlm_tokenize(
 
 def clear_caches() -> None:
     """Forget every loaded model / engine (they are freed when no longer referenced)."""
-    for f in (_llama, _mlx_model, _tflite, _litertlm_engine):
+    for f in (_llama, _mtp_pair, _mlx_model, _tflite, _litertlm_engine):
         f.cache_clear()
