@@ -43,7 +43,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gemma4_family as g4
 
 N_ORACLE_TOKENS = 32
-MIN_ORACLE_GAP = 0.1
+# Every artifact of this bundle is float32 (runtimes agree with torch to ~1e-5 in the logits),
+# so the margin is lower than the tiny bundle's 0.1 (which guards float16 artifacts); the two
+# unseen prompts' continuations are the least certain (gaps 0.03-0.06).
+MIN_ORACLE_GAP = 0.02
 
 ORACLE_PROMPTS: list[tuple[str, str, Any]] = [
     ("gettysburg", "train", "Four score and seven years ago"),
