@@ -244,6 +244,23 @@ def measure_acceptance(target: Any, assistant: Any, oracle: dict[str, Any],
             "acceptance": round(accepted / max(1, drafted), 4), "per_prompt": rows}
 
 
+def write_artifacts(out: Path, work: Path, litert_python: str) -> None:
+    """OUT/text/: the f32 GGUFs (the assistant under draft/mtp/), the HF folder as the MLX
+    folder, and the LiteRT export (when ``litert_python`` is set)."""
+    text = out / "text"
+    if text.exists():
+        shutil.rmtree(text)
+    (text / "draft" / "mtp").mkdir(parents=True)
+    shutil.copy2(work / "target.gguf", text / "gemma4-tiny-f32.gguf")
+    shutil.copy2(work / "assistant.gguf",
+                 text / "draft" / "mtp" / "gemma4-tiny-assistant-f32.gguf")
+    shutil.copytree(work / "target", text / "gemma4-tiny-mlx")
+    if litert_python:
+        log("LiteRT (litert-torch export_hf)")
+        export_litert(work / "target", work, text / "gemma4-tiny.tflite",
+                      text / "gemma4-tiny.litertlm", litert_python)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -305,19 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     acc = measure_acceptance(target, assistant, oracle, 4)
     log(f"draft acceptance (k=4, greedy, torch): {acc['accepted']}/{acc['drafted']} = "
         f"{acc['acceptance']}")
+    write_artifacts(args.out.resolve(), work, args.litert_python)
     out = args.out.resolve()
-    text = out / "text"
-    if text.exists():
-        shutil.rmtree(text)
-    (text / "draft" / "mtp").mkdir(parents=True)
-    shutil.copy2(work / "target.gguf", text / "gemma4-tiny-f32.gguf")
-    shutil.copy2(work / "assistant.gguf", text / "draft" / "mtp" / "gemma4-tiny-assistant-f32.gguf")
-    mlx = text / "gemma4-tiny-mlx"
-    shutil.copytree(work / "target", mlx)
-    if args.litert_python:
-        log("LiteRT (litert-torch export_hf)")
-        export_litert(work / "target", work, text / "gemma4-tiny.tflite",
-                      text / "gemma4-tiny.litertlm", args.litert_python)
     (out / "oracle.json").write_text(json.dumps(oracle, indent=1, ensure_ascii=False) + "\n")
     training = {"target": target.train_stats, "assistant": assistant.train_stats,
                 "acceptance_torch": acc, "total_seconds": round(time.time() - t_start, 1),
