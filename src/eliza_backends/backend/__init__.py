@@ -46,7 +46,7 @@ from ..runtime.speculative import (
 from .context import InferenceContext
 from .hookspecs import hookimpl
 from .model_info import ModelInfo
-from .native_output import native_stderr_to_logging, quiet_by_default
+from .native_output import native_exit_to_logging, native_stderr_to_logging, quiet_by_default
 from .session import Availability, Capabilities, Decoded, Factory, FinishReason, Session, Step
 
 __all__ = [
@@ -75,6 +75,7 @@ __all__ = [
     "find_tokenizer",
     "hookimpl",
     "load_tokenizer",
+    "native_exit_to_logging",
     "native_stderr_to_logging",
     "quiet_by_default",
     "tokenizer_facts",

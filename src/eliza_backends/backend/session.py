@@ -41,6 +41,7 @@ from ..config import StreamConfig, describe_validation_error
 from ..errors import (
     BundleError,
     CancelledError,
+    ConstraintError,
     ContextFullError,
     InvalidArgumentError,
     SessionBusyError,
@@ -919,8 +920,9 @@ class Session(ABC):
         with it. Refusals (bad arguments, missing features) changed nothing; a cancel() is
         sticky and repaired by the reset that must follow. If the repair fails too, the
         session refuses calls until reset() / reset_keep()."""
-        if exc is not None and (isinstance(exc, (InvalidArgumentError,
-                                                 UnsupportedOperationError)) or (
+        limit = isinstance(exc, ConstraintError)  # raised mid-step: undo it, end the turn
+        if exc is not None and not limit and (isinstance(exc, (InvalidArgumentError,
+                                                               UnsupportedOperationError)) or (
                 isinstance(exc, CancelledError) and not self.__interrupt.is_set())):
             return
         self.__interrupt.clear()
@@ -937,7 +939,10 @@ class Session(ABC):
                 self.__refeed(n)
             else:
                 self.__rewind_cache(n)
-            if op == "next" and self.__guide is not None:  # the constraint saw the undone
+            if op == "next" and self.__guide is not None and limit:
+                self.__guide = None  # the turn is over: prefill again
+                self.__ready = False
+            elif op == "next" and self.__guide is not None:  # the constraint saw the undone
                 raise UnsupportedOperationError(  # tokens and cannot be rewound with them
                     "an output constraint cannot be rewound")
         except BaseException as err:
