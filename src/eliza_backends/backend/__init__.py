@@ -26,13 +26,8 @@ from __future__ import annotations
 from ..bundle import find_artifacts
 from ..prompt.hf_tokenizer import HFTokenizer
 from ..prompt.sp_tokenizer import SPTokenizer
-from ..prompt.tokenizer import (
-    Tokenizer,
-    TokenizerFacts,
-    find_tokenizer,
-    load_tokenizer,
-    tokenizer_facts,
-)
+from ..prompt.tokenizer import Tokenizer, TokenizerFacts, tokenizer_facts
+from ..prompt.tokenizers import find_tokenizer, load_tokenizer
 from ..runtime.kv_cursor import KVCursor
 from ..runtime.sampling import Sampler
 from ..runtime.speculative import (

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, final
 from pydantic import BaseModel, ValidationError
 
 from ..bundle import artifact_format, find_artifacts
-from ..config import StreamConfig, describe_validation_error
+from ..config import StreamConfig
 from ..errors import (
     BundleError,
     CancelledError,
@@ -48,6 +48,7 @@ from ..errors import (
     SlotError,
     Status,
     UnsupportedOperationError,
+    describe_validation_error,
 )
 from ..runtime.draft_policy import DraftPolicy
 from ..runtime.slots import read_slot, write_slot
