@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 # One import per module, each name re-exported with ``as`` (mypy --strict's explicit re-export).
 # isort: off
-if TYPE_CHECKING:  # what the names in _LAZY are, for type checkers (tests/test_public_api.py)
+if TYPE_CHECKING:  # what the names in _LAZY are, for type checkers (tests/test_layout.py)
     from .errors import (
         BackendRuntimeError as BackendRuntimeError,
         BackendSelectionError as BackendSelectionError,
@@ -35,13 +35,17 @@ if TYPE_CHECKING:  # what the names in _LAZY are, for type checkers (tests/test_
         TemplateError as TemplateError,
         TemplateLimitError as TemplateLimitError,
     )
-    from .backend.session import (
+    from .backend.types import (
         Availability as Availability,
         Capabilities as Capabilities,
         Decoded as Decoded,
-        Factory as Factory,
-        Session as Session,
         Step as Step,
+    )
+    from .backend.factory import (
+        Factory as Factory,
+    )
+    from .backend.session import (
+        Session as Session,
     )
     from .bundle import (
         BundleManifest as BundleManifest,
@@ -111,12 +115,12 @@ _LAZY: dict[str, str] = {
     "UnsupportedOperationError": "errors",
     "TemplateError": "errors",
     "TemplateLimitError": "errors",
-    "Availability": "backend.session",
-    "Capabilities": "backend.session",
-    "Decoded": "backend.session",
-    "Factory": "backend.session",
+    "Availability": "backend.types",
+    "Capabilities": "backend.types",
+    "Decoded": "backend.types",
+    "Factory": "backend.factory",
     "Session": "backend.session",
-    "Step": "backend.session",
+    "Step": "backend.types",
     "BundleManifest": "bundle",
     "create_bundle": "bundle",
     "load_manifest": "bundle",

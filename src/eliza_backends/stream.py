@@ -17,7 +17,8 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .backend.session import Session, Step, check_output_support
+from .backend.session import Session
+from .backend.types import Step, check_output_support
 
 if TYPE_CHECKING:
     import asyncio

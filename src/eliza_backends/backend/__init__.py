@@ -39,10 +39,12 @@ from ..runtime.speculative import (
     accept_sampled,
 )
 from .context import InferenceContext
+from .factory import Factory
 from .hookspecs import hookimpl
 from .model_info import ModelInfo
 from .native_output import native_stderr_to_logging, quiet_by_default
-from .session import Availability, Capabilities, Decoded, Factory, FinishReason, Session, Step
+from .session import Session
+from .types import Availability, Capabilities, Decoded, FinishReason, Step
 
 __all__ = [
     "Availability",

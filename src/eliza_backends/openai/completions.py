@@ -34,7 +34,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, overload
 
 from ..backend.context import InferenceContext
-from ..backend.session import FinishReason
+from ..backend.types import FinishReason
 from ..config import StreamConfig
 from ..errors import ContextFullError, InvalidArgumentError
 from ..runtime.text import TextAssembler

@@ -1,0 +1,136 @@
+"""The values of the backend contract: what a step produced (:class:`Step`), what a
+backend's ``_decode`` hook returns (:class:`Decoded`), what a session supports
+(:class:`Capabilities`) and whether a backend runs here (:class:`Availability`); and
+:func:`check_output_support`, the refusal of a constraint or logprobs a session cannot honour.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from ..errors import UnsupportedOperationError
+from ..structured.logprobs import TokenLogprob
+
+if TYPE_CHECKING:
+    from ..config import StreamConfig
+    from ..structured.logits import OutputSpec
+
+FinishReason = Literal["eos", "stop", "length", "context"]
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What one :meth:`Session.next` call produced.
+
+    ``tokens``: the token ids generated in this step (up to the one that ended the stream).
+    ``text``: their text, never splitting a UTF-8 character, never containing a stop string.
+    ``drafted`` / ``accepted``: speculative tokens proposed / accepted in this step (0 without
+    a drafter). ``final``: the stream ended; ``finish_reason`` says why. ``logprobs``: one
+    :class:`~eliza_backends.structured.logprobs.TokenLogprob` per token when the turn asked for
+    logprobs (``StreamConfig.logprobs`` / ``top_logprobs``, or :meth:`Session.set_output`), else
+    None.
+    """
+
+    tokens: tuple[int, ...]
+    text: str
+    drafted: int = 0
+    accepted: int = 0
+    final: bool = False
+    finish_reason: FinishReason | None = None
+    logprobs: tuple[TokenLogprob, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """What a backend's ``_decode`` hook returns: generated ids and speculative counts.
+
+    ``finish``: the runtime ended the stream itself without handing back a token that says so
+    (a text-level runtime stops at an end token it does not return, or at its own output
+    budget): the stream ends after ``tokens`` with this reason. Never invent a token for it.
+    """
+
+    tokens: list[int]
+    drafted: int = 0
+    accepted: int = 0
+    finish: FinishReason | None = None
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a session really supports. The conformance kit checks exactly these.
+
+    ``token_input``: prefill takes any in-vocabulary ids (False: the runtime takes text, so ids
+    must round-trip through the tokenizer). ``prefix_reuse``: ``reset_keep`` keeps KV cache
+    (False: it always falls back to a full reset). ``slots``: save/restore. ``cancel_prefill``:
+    ``cancel()`` interrupts a running prefill (False: only between calls/chunks).
+    ``drafters``: the drafter kinds ``StreamConfig.drafter`` may name. ``sampling``: honours
+    temperature/top-k/top-p/min-p/seed (False: greedy only). ``logits``: the backend runs the
+    core's logits hook (``Session._guide``) at every sampling point, so output constraints and
+    logprobs work (False: they are refused). ``ignore_eos``: honours ``config.ignore_eos``
+    (False: the runtime ends at its stop tokens itself, so opening with ``ignore_eos=True``
+    raises :class:`UnsupportedOperationError`).
+    """
+
+    token_input: bool = True
+    prefix_reuse: bool = True
+    slots: bool = False
+    cancel_prefill: bool = True
+    sampling: bool = True
+    ignore_eos: bool = True
+    drafters: frozenset[str] = frozenset({"none"})
+    logits: bool = False
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether a backend can run on this host. Truthy when it can; ``reason`` says why not.
+
+    ``detail`` is extra, backend-defined facts for ``explain()`` (e.g. the accelerator rung).
+    ``installed``: False when what is missing is the runtime package itself (the selector
+    then says "not installed", ``ERR_BACKEND_NOT_INSTALLED``, rather than "not available").
+    """
+
+    ok: bool
+    reason: str = ""
+    detail: dict[str, str] = field(default_factory=dict)
+    installed: bool = True
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    @classmethod
+    def yes(cls, **detail: str) -> Availability:
+        """Available."""
+        return cls(True, "", dict(detail))
+
+    @classmethod
+    def no(cls, reason: str, **detail: str) -> Availability:
+        """Unavailable, with the human reason."""
+        return cls(False, reason, dict(detail))
+
+    @classmethod
+    def missing(cls, reason: str, **detail: str) -> Availability:
+        """Unavailable because the runtime package is not installed (``reason``: what to
+        pip install)."""
+        return cls(False, reason, dict(detail), installed=False)
+
+
+def check_output_support(caps: Capabilities, config: StreamConfig, spec: OutputSpec,
+                         backend: str) -> None:
+    """Refuse an output constraint or logprobs the session cannot honour (never a silent
+    unconstrained answer)."""
+    what = spec.constraint.kind if spec.constraint is not None else "logprobs"
+    if not caps.logits:
+        raise UnsupportedOperationError(
+            f"backend {backend} does not expose next-token logits (capabilities.logits is "
+            f"False), so it cannot apply {what}; choose another backend (llama.cpp, mlx, or "
+            "litert-lm with session='interpreter')")
+    if config.drafter != "none":
+        raise UnsupportedOperationError(
+            f"{what} with speculative decoding is not supported: use drafter='none' for "
+            "this stream")
+
+
+__all__ = ["Availability", "Capabilities", "Decoded", "FinishReason", "Step",
+           "check_output_support"]
