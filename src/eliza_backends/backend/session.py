@@ -26,15 +26,12 @@ from another thread cancels the running call and waits for it to return.
 
 from __future__ import annotations
 
-import operator
 import os
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, ClassVar, final
+from typing import TYPE_CHECKING, final
 
 from ..config import StreamConfig
 from ..errors import (
-    CancelledError,
     ContextFullError,
     InvalidArgumentError,
     SlotError,
@@ -47,16 +44,18 @@ from ..runtime.text import AssemblerState
 from ..structured.constraint import model_vocabulary
 from ..structured.logits import LogitsGuide, OutputSpec
 from .guard import SessionGuard
+from .hooks import SessionHooks
 from .model_info import ModelInfo
+from .repair import Repair
 from .speculation import Speculation
 from .turn import Turn
-from .types import Capabilities, Decoded, Step, check_output_support
+from .types import Decoded, Step, check_output_support, check_tokens
 
 if TYPE_CHECKING:
     from .context import InferenceContext
 
 
-class Session(ABC):
+class Session(SessionHooks):
     """One active generation on one backend (the seed's ``LlmBackendSession``).
 
     Lifecycle: ``prefill(ids)`` then ``next()`` until ``step.final``; ``prefill`` again to
@@ -78,9 +77,6 @@ class Session(ABC):
       and its collaborators: the guard with the lock and cancel flag, the turn with the
       budget, the speculation with the drafter); out of a backend's reach.
     """
-
-    #: The factory name, for messages and slot headers. Set by subclasses.
-    backend_name: ClassVar[str] = "?"
 
     def __init__(self, config: StreamConfig, context: InferenceContext | None,
                  info: ModelInfo, *, context_size: int | None = None,
@@ -114,6 +110,7 @@ class Session(ABC):
         spec = OutputSpec.from_config(config)
         self.__output: OutputSpec | None = spec if spec.active else None
         self.__spec = Speculation(config, drafter)
+        self.__repair = Repair(self.__history, self.__turn, guard, self.__spec, self)
         if context is not None:
             context.track(self)
 
@@ -154,71 +151,6 @@ class Session(ABC):
         """Special-token texts a chat template may use (``bos_token``, ``eos_token``)."""
         return dict(self.__info.template_tokens)
 
-    # ---------------------------------------------------------------- hooks
-
-    @property
-    def capabilities(self) -> Capabilities:
-        """What this session supports; see :class:`Capabilities`."""
-        return Capabilities()
-
-    @abstractmethod
-    def _prefill(self, token_ids: list[int]) -> None:
-        """Append ``token_ids`` after the sequence in the KV cache and leave the logits of
-        the last one ready. Call :meth:`_raise_if_cancelled` between chunks."""
-
-    @abstractmethod
-    def _decode(self, max_tokens: int) -> Decoded:
-        """Generate 1..``max_tokens`` tokens continuing the sequence.
-
-        Stop early right after an end-of-generation token (unless ``config.ignore_eos``).
-        Call :meth:`_raise_if_cancelled` between tokens. With a drafter, run the rounds
-        through :meth:`_speculate`.
-        """
-
-    @abstractmethod
-    def _reset(self) -> None:
-        """Clear the KV cache and the sampler state."""
-
-    def _batch_cost(self, max_n: int) -> list[float] | None:
-        """Seconds of one forward pass over ``n`` tokens (all with logits), at index ``n - 1``
-        for ``n`` in ``1..max_n`` (fewer where the cache or batch has no room): the batch cost
-        curve the draft policy weighs drafts with (:mod:`eliza_backends.runtime.draft_policy`).
-        Called at most once per loaded model and draft length, from :meth:`_speculate`, when the
-        next forward pass starts from the pending tokens (the current logits are not needed);
-        it must leave the KV cache as it found it. None (the default): the backend cannot
-        measure it, and speculative rounds always draft ``draft_length``."""
-        return None
-
-    def _truncate(self, n_keep: int) -> bool:
-        """Keep the first ``n_keep`` positions of the KV cache (``n_keep < n_past``).
-        Return False when the runtime cannot drop part of its cache."""
-        return False
-
-    @abstractmethod
-    def _token_bytes(self, token_id: int) -> bytes:
-        """The bytes one token contributes to the output text (b"" for control tokens)."""
-
-    @abstractmethod
-    def _tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
-        """The model's own tokenization of ``text``: BOS first when ``add_special`` and the
-        model uses one; control-token texts (``"<|end|>"``) become their ids only when
-        ``parse_special`` (otherwise they are plain text)."""
-
-    def _detokenize(self, token_ids: list[int]) -> str:
-        """Text of ``token_ids``; the default joins :meth:`_token_bytes`."""
-        return b"".join(self._token_bytes(t) for t in token_ids).decode("utf-8", "replace")
-
-    def _save_state(self) -> bytes:
-        """The KV state of the sequence as bytes (``capabilities.slots``)."""
-        raise UnsupportedOperationError(f"{self.backend_name} sessions cannot save slots")
-
-    def _restore_state(self, payload: bytes, tokens: list[int]) -> None:
-        """Make the KV state that of ``tokens`` from a :meth:`_save_state` payload."""
-        raise UnsupportedOperationError(f"{self.backend_name} sessions cannot restore slots")
-
-    def _close(self) -> None:
-        """Free the session's own runtime resources (not the shared weights)."""
-
     # ---------------------------------------------------------------- public API
 
     @property
@@ -249,7 +181,7 @@ class Session(ABC):
         A prefill that fails (an exception from the runtime, a ``KeyboardInterrupt``: see
         :mod:`eliza_backends.backend.interrupts`) leaves :attr:`history` and the KV cache as they
         were before it; prefill again before ``next()``."""
-        ids = self.__check_tokens(token_ids, what="prefill")
+        ids = check_tokens(self.__vocab, token_ids, what="prefill")
         if not ids:
             raise InvalidArgumentError("prefill() needs at least one token id")
         guard, turn = self.__guard, self.__turn
@@ -270,14 +202,14 @@ class Session(ABC):
             self._prefill(ids)
             history.extend(ids)
             if guard.interrupting:  # Ctrl-C after the last safe point: undone too
-                self.__recover("prefill", None, n, None)
+                self.__repair.recover("prefill", None, n, None)
                 n = -1
             else:
                 turn.start()
             guard.deliver()  # (delivers a deferred Ctrl-C: KeyboardInterrupt)
         except BaseException as exc:
             if n >= 0:
-                self.__recover("prefill", exc, n, None)
+                self.__repair.recover("prefill", exc, n, None)
             raise
         finally:
             guard.end()
@@ -324,14 +256,14 @@ class Session(ABC):
                     self.__spec.begin_step(max_tokens)
                     out = self._decode(min(want, budget, room))
                     step = turn.assemble(out, budget, room, history, self._token_bytes)
-                    if guard.interrupting:  # Ctrl-C after the last safe point: the
-                        self.__recover("next", None, n, before)  # caller never sees this step
+                    if guard.interrupting:  # Ctrl-C after the last safe point: the caller
+                        self.__repair.recover("next", None, n, before)  # never sees this step
                         n = -1
             guard.deliver()  # (delivers a deferred Ctrl-C: KeyboardInterrupt)
             return step
         except BaseException as exc:
             if n >= 0:
-                self.__recover("next", exc, n, before)
+                self.__repair.recover("next", exc, n, before)
             raise
         finally:
             guard.end()
@@ -371,7 +303,7 @@ class Session(ABC):
             try:
                 self._reset()
             except BaseException as exc:
-                self.__broken("reset", exc)
+                self.__repair.broken("reset", exc)
                 raise
             self.__after_rewind(0)
         finally:
@@ -394,7 +326,7 @@ class Session(ABC):
                     self._reset()
                     n = 0
             except BaseException as exc:
-                self.__broken("reset_keep", exc)
+                self.__repair.broken("reset_keep", exc)
                 raise
             self.__after_rewind(n)
             return n
@@ -445,7 +377,7 @@ class Session(ABC):
             try:
                 payload = self._save_state()
             except BaseException as exc:
-                self.__recover("save_slot", exc, n, None)
+                self.__repair.recover("save_slot", exc, n, None)
                 raise
             write_slot(path, {"backend": self.backend_name, "model_fingerprint": info.fingerprint,
                               "runtime": info.runtime, "tokens": list(self.__history)}, payload)
@@ -471,7 +403,7 @@ class Session(ABC):
             if not tokens:
                 raise SlotError(f"{path} holds no tokens")
             try:
-                tokens = self.__check_tokens(tokens, what="slot")
+                tokens = check_tokens(self.__vocab, tokens, what="slot")
             except InvalidArgumentError as exc:
                 raise SlotError(f"{path}: {exc.message}") from None
             if len(tokens) > self.__n_ctx:
@@ -482,7 +414,7 @@ class Session(ABC):
             except (SlotError, InvalidArgumentError, UnsupportedOperationError):
                 raise
             except BaseException as exc:
-                self.__broken("restore_slot", exc)
+                self.__repair.broken("restore_slot", exc)
                 raise
             self.__after_rewind(0)
             self.__history.extend(tokens)
@@ -517,7 +449,7 @@ class Session(ABC):
     @final
     def detokenize(self, token_ids: Sequence[int]) -> str:
         """Text of ``token_ids`` (invalid UTF-8 becomes U+FFFD)."""
-        ids = self.__check_tokens(token_ids, what="detokenize")
+        ids = check_tokens(self.__vocab, token_ids, what="detokenize")
         self.__guard.begin("detokenize", allow_cancelled=True)
         try:
             return self._detokenize(ids)
@@ -622,93 +554,6 @@ class Session(ABC):
         if self.context is not None:
             return self.context.shared(key, lambda: self._batch_cost(n))
         return self._batch_cost(n)
-
-    # ---------------------------------------------------------------- internals
-
-    def __check_tokens(self, token_ids: Sequence[int], *, what: str) -> list[int]:
-        if isinstance(token_ids, (str, bytes)) or not isinstance(token_ids, Sequence):
-            raise InvalidArgumentError(
-                f"{what}: token ids must be a sequence of ints, got {type(token_ids).__name__}")
-        ids = list(token_ids)
-        vocab = self.__vocab
-        for i, t in enumerate(ids):
-            if not isinstance(t, int) or isinstance(t, bool):
-                try:
-                    if isinstance(t, bool) or (hasattr(t, "dtype") and t.dtype.kind == "b"):
-                        raise TypeError
-                    t = operator.index(t)  # numpy integers are fine
-                except TypeError:
-                    raise InvalidArgumentError(
-                        f"{what}: token id at index {i} is {t!r}, not an int") from None
-                ids[i] = t
-            if not 0 <= t < vocab:
-                raise InvalidArgumentError(
-                    f"{what}: token id {t} at index {i} is outside the vocabulary "
-                    f"(0..{vocab - 1}); tokenize with this model's own tokenizer")
-        return ids
-
-    # ---------------------------------------------------------------- repair after a failure
-
-    def __recover(self, op: str, exc: BaseException | None, n: int,
-                  before: tuple[int, AssemblerState] | None) -> None:
-        """A call failed (``exc``) or was interrupted after its last safe point (``exc`` is
-        None): put the history back to its first ``n`` tokens and the KV cache back in step
-        with it. Refusals (bad arguments, missing features) changed nothing; a cancel() is
-        sticky and repaired by the reset that must follow. If the repair fails too, the
-        session refuses calls until reset() / reset_keep()."""
-        if exc is not None and (isinstance(exc, (InvalidArgumentError,
-                                                 UnsupportedOperationError)) or (
-                isinstance(exc, CancelledError) and not self.__interrupt.is_set())):
-            return
-        turn = self.__turn
-        self.__guard.clear_interrupt()
-        del self.__history[n:]
-        if before is not None:
-            turn.restore(before)
-        if op == "prefill":
-            turn.ready = False
-        try:
-            if turn.ready:
-                self.__refeed(n)
-            else:
-                self.__rewind_cache(n)
-            if op == "next" and turn.guide is not None:  # the constraint saw the undone
-                raise UnsupportedOperationError(  # tokens and cannot be rewound with them
-                    "an output constraint cannot be rewound")
-        except BaseException as err:
-            self.__guard.clear_interrupt()
-            what = f"{type(exc).__name__} in {op}()" if exc is not None else f"{op}() interrupted"
-            self.__broken(op, err, f"{what}, then the repair of the KV cache failed")
-
-    def __rewind_cache(self, n: int) -> None:
-        """Make the KV cache hold ``history[:n]`` (``n == len(history)``), no logits kept."""
-        self.__spec.truncate(n)
-        if n == 0:
-            self._reset()
-        elif not self._truncate(n):
-            raise UnsupportedOperationError(f"{self.backend_name} cannot truncate its cache")
-
-    def __refeed(self, n: int) -> None:
-        """Make the KV cache hold ``history[:n]`` with the logits after it ready (the state
-        after a prefill): cut it before the last token and feed that token again."""
-        history = self.__history
-        last = history[n - 1]
-        self.__turn.ready = False
-        self.__rewind_cache(n - 1)
-        del history[n - 1:]
-        try:
-            self._prefill([last])
-        finally:
-            history.append(last)
-        self.__turn.ready = True
-
-    def __broken(self, op: str, exc: BaseException, what: str | None = None) -> None:
-        """The session's state is no longer known to match its history: refuse calls with
-        :class:`CancelledError` until reset() / reset_keep() / restore_slot()."""
-        if isinstance(exc, (InvalidArgumentError, UnsupportedOperationError, SlotError)) and \
-                what is None:
-            return
-        self.__guard.broken(what or f"{type(exc).__name__} in {op}()")
 
 
 __all__ = ["Session"]

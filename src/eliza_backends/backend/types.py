@@ -6,10 +6,12 @@ backend's ``_decode`` hook returns (:class:`Decoded`), what a session supports
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from ..errors import UnsupportedOperationError
+from ..errors import InvalidArgumentError, UnsupportedOperationError
 from ..structured.logprobs import TokenLogprob
 
 if TYPE_CHECKING:
@@ -132,5 +134,30 @@ def check_output_support(caps: Capabilities, config: StreamConfig, spec: OutputS
             "this stream")
 
 
+def check_tokens(vocab: int, token_ids: Sequence[int], *, what: str) -> list[int]:
+    """``token_ids`` as a list of ints in ``0..vocab-1`` (numpy integers accepted), or
+    :class:`InvalidArgumentError` naming the first bad one (``what``: the call, for the
+    message). Runs before anything reaches native code."""
+    if isinstance(token_ids, (str, bytes)) or not isinstance(token_ids, Sequence):
+        raise InvalidArgumentError(
+            f"{what}: token ids must be a sequence of ints, got {type(token_ids).__name__}")
+    ids = list(token_ids)
+    for i, t in enumerate(ids):
+        if not isinstance(t, int) or isinstance(t, bool):
+            try:
+                if isinstance(t, bool) or (hasattr(t, "dtype") and t.dtype.kind == "b"):
+                    raise TypeError
+                t = operator.index(t)  # numpy integers are fine
+            except TypeError:
+                raise InvalidArgumentError(
+                    f"{what}: token id at index {i} is {t!r}, not an int") from None
+            ids[i] = t
+        if not 0 <= t < vocab:
+            raise InvalidArgumentError(
+                f"{what}: token id {t} at index {i} is outside the vocabulary "
+                f"(0..{vocab - 1}); tokenize with this model's own tokenizer")
+    return ids
+
+
 __all__ = ["Availability", "Capabilities", "Decoded", "FinishReason", "Step",
-           "check_output_support"]
+           "check_output_support", "check_tokens"]
