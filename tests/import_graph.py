@@ -47,16 +47,31 @@ def _module_level(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]
             yield from _module_level(node.body)
 
 
+def _everywhere(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement, in functions too, except under ``if TYPE_CHECKING:``."""
+    todo: list[ast.AST] = list(body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        elif isinstance(node, ast.If) and _is_type_checking(node.test):
+            todo.extend(node.orelse)
+        else:
+            todo.extend(ast.iter_child_nodes(node))
+
+
 def _with_parents(name: str) -> list[str]:
     parts = name.split(".")
     return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
 
 
-def imports(name: str, path: Path, known: Mapping[str, Path]) -> set[str]:
+def imports(name: str, path: Path, known: Mapping[str, Path], *, lazy: bool = False
+            ) -> set[str]:
     """The modules of ``known`` that importing ``name`` (the file ``path``) imports at once.
 
     The packages ``name`` is inside are being imported already when it runs; they are edges
-    only when ``name`` takes a name defined in one (``from . import X``, X not a module)."""
+    only when ``name`` takes a name defined in one (``from . import X``, X not a module).
+    ``lazy``: the imports inside functions count too (what the module depends on at all)."""
     is_package = path.name == "__init__.py"
     package = name if is_package else name.rpartition(".")[0]
     ancestors = set(_with_parents(name))
@@ -65,7 +80,8 @@ def imports(name: str, path: Path, known: Mapping[str, Path]) -> set[str]:
     def add(target: str) -> None:
         found.update(m for m in _with_parents(target) if m in known and m not in ancestors)
 
-    for node in _module_level(ast.parse(path.read_text(encoding="utf-8")).body):
+    body = ast.parse(path.read_text(encoding="utf-8")).body
+    for node in (_everywhere(body) if lazy else _module_level(body)):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 add(alias.name)
@@ -86,10 +102,11 @@ def imports(name: str, path: Path, known: Mapping[str, Path]) -> set[str]:
     return found
 
 
-def graph(src: Path, package: str) -> dict[str, set[str]]:
-    """Module -> the modules it imports at module level (within ``package`` only)."""
+def graph(src: Path, package: str, *, lazy: bool = False) -> dict[str, set[str]]:
+    """Module -> the modules it imports at module level (within ``package`` only); with
+    ``lazy``, the imports inside functions too."""
     known = modules(src, package)
-    return {name: imports(name, path, known) for name, path in known.items()}
+    return {name: imports(name, path, known, lazy=lazy) for name, path in known.items()}
 
 
 def cycles(edges: Mapping[str, set[str]]) -> list[list[str]]:
