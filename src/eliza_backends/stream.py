@@ -205,6 +205,12 @@ class Stream:
         The next :meth:`prefill_messages` reuses the restored tokens."""
         self.session.restore_slot(path)
 
+    def set_turn(self, *, max_tokens: int | None = None,
+                 stop: str | Sequence[str] | None = None) -> None:
+        """The budget and stop strings of the next turns (from the next prefill on; None: the
+        config's), e.g. a request's own; see :meth:`Session.set_turn`."""
+        self.session.set_turn(max_tokens=max_tokens, stop=stop)
+
     def next(self, max_tokens: int | None = None) -> Step:
         """One step: up to ``max_tokens`` tokens (default ``config.tokens_per_step``)."""
         t0 = time.perf_counter()

@@ -41,15 +41,21 @@ from ..runtime.draft_policy import DraftPolicy
 from ..runtime.slots import read_slot, write_slot
 from ..runtime.speculative import Drafter, Verify
 from ..runtime.text import AssemblerState
-from ..structured.constraint import model_vocabulary
 from ..structured.logits import LogitsGuide, OutputSpec
 from .guard import SessionGuard
 from .hooks import SessionHooks
 from .model_info import ModelInfo
 from .repair import Repair
 from .speculation import Speculation
-from .turn import Turn
-from .types import Decoded, Step, check_output_support, check_tokens
+from .turn import Turn, new_guide, turn_settings
+from .types import (
+    Decoded,
+    Step,
+    check_output_support,
+    check_slot_tokens,
+    check_text,
+    check_tokens,
+)
 
 if TYPE_CHECKING:
     from .context import InferenceContext
@@ -71,7 +77,7 @@ class Session(SessionHooks):
       base class calls each with the consumer lock held, after validating the arguments;
     * **helpers** (``_raise_if_cancelled``, ``_cancel_requested``, ``_sequence``,
       ``_drafter``, ``_guide``, ``_stop_tokens``, ``_ends_generation``, ``_stream_ends_with``,
-      ``_speculate``): a backend
+      ``_turn_max_tokens``, ``_speculate``): a backend
       calls them from inside its hooks and never overrides them (``@final``);
     * **internals** (double underscore, name-mangled): the base class's own state (history,
       and its collaborators: the guard with the lock and cancel flag, the turn with the
@@ -196,9 +202,11 @@ class Session(SessionHooks):
                     f"{self.__n_ctx} context positions are used ({room} free); raise "
                     "context_size, or reset()/reset_keep() first")
             n = len(history)
-            guide = None if self.__output is None else self.__new_guide(self.__output)
+            guide = None if self.__output is None else new_guide(
+                self.__output, self.__info, self._token_bytes, self._tokenize)
             turn.ready = False
             turn.guide = guide
+            turn.apply()
             self._prefill(ids)
             history.extend(ids)
             if guard.interrupting:  # Ctrl-C after the last safe point: undone too
@@ -267,16 +275,6 @@ class Session(SessionHooks):
             raise
         finally:
             guard.end()
-
-    def __new_guide(self, spec: OutputSpec) -> LogitsGuide:
-        vocabulary = None
-        if spec.constraint is not None:
-            def control_id(text: str) -> int | None:
-                ids = self._tokenize(text, False, True)
-                return ids[0] if len(ids) == 1 else None
-
-            vocabulary = model_vocabulary(self.__info, self._token_bytes, control_id)
-        return LogitsGuide(spec, vocabulary)
 
     @final
     def cancel(self) -> None:
@@ -361,6 +359,19 @@ class Session(SessionHooks):
             self.__guard.end()
 
     @final
+    def set_turn(self, *, max_tokens: int | None = None,
+                 stop: str | Sequence[str] | None = None) -> None:
+        """The budget and stop strings of the turns after each following prefill, as
+        :meth:`set_output` sets their constraint; None goes back to the config's
+        (``max_tokens``, ``stop``). OpenAI's per-request ``max_tokens`` / ``stop``."""
+        settings = turn_settings(max_tokens, stop)
+        self.__guard.begin("set_turn", allow_cancelled=True)
+        try:
+            self.__turn.settings = settings
+        finally:
+            self.__guard.end()
+
+    @final
     def save_slot(self, path: str | os.PathLike[str]) -> None:
         """Save the sequence state to ``path`` (atomically; the previous file survives a crash).
 
@@ -399,16 +410,7 @@ class Session(SessionHooks):
             info = self.__info
             header, payload = read_slot(path, backend=self.backend_name,
                                         model_fingerprint=info.fingerprint, runtime=info.runtime)
-            tokens = list(header.tokens)
-            if not tokens:
-                raise SlotError(f"{path} holds no tokens")
-            try:
-                tokens = check_tokens(self.__vocab, tokens, what="slot")
-            except InvalidArgumentError as exc:
-                raise SlotError(f"{path}: {exc.message}") from None
-            if len(tokens) > self.__n_ctx:
-                raise SlotError(f"{path} holds {len(tokens)} tokens, more than this session's "
-                                f"context_size {self.__n_ctx}; open it with a larger one")
+            tokens = check_slot_tokens(path, header.tokens, self.__vocab, self.__n_ctx)
             try:
                 self._restore_state(payload, tokens)
             except (SlotError, InvalidArgumentError, UnsupportedOperationError):
@@ -430,16 +432,7 @@ class Session(SessionHooks):
         their ids (turn it off for text you did not write: chat content, documents).
 
         A consumer call like the others: ``close()`` from another thread waits for it."""
-        if not isinstance(text, str):
-            raise InvalidArgumentError(f"tokenize() takes str, got {type(text).__name__}")
-        if not text.isascii():  # every backend hands text on as UTF-8
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                raise InvalidArgumentError(
-                    f"tokenize(): the text holds a lone surrogate {text[exc.start]!r} at index "
-                    f"{exc.start}, which is not valid Unicode text (often from json.loads of "
-                    "'\\ud800'); decode the source with errors='replace' or drop it") from None
+        check_text(text)
         self.__guard.begin("tokenize", allow_cancelled=True)
         try:
             return self._tokenize(text, add_special, parse_special)
@@ -520,6 +513,13 @@ class Session(SessionHooks):
     def _ends_generation(self, token: int) -> bool:
         """True when ``token`` ends the stream: an end-of-generation id, and no ignore_eos."""
         return token in self._stop_tokens
+
+    @property
+    @final
+    def _turn_max_tokens(self) -> int:
+        """This turn's budget (``config.max_tokens`` unless :meth:`set_turn` said otherwise;
+        set when a prefill starts)."""
+        return self.__turn.max_tokens
 
     @final
     def _stream_ends_with(self, max_tokens: int) -> bool:

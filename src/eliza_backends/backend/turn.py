@@ -6,17 +6,24 @@ the budget, the UTF-8 / stop-string :class:`~eliza_backends.runtime.text.TextAss
 the turn's logits guide (constraint, logprobs). :meth:`Turn.assemble` turns what a backend's
 ``_decode`` hook returned into the :class:`~eliza_backends.backend.types.Step` the caller sees.
 
+The budget (``max_tokens``) and the stop strings are the config's unless
+``Session.set_turn`` set others (:func:`turn_settings` checks them); like ``set_output``,
+they take effect at the next prefill (:meth:`Turn.apply`) and hold for the turns after it.
+
 Owned by one session and used on its consumer thread only, with the consumer lock held.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ..config import StreamConfig
+from ..errors import InvalidArgumentError
 from ..runtime.text import AssemblerState, TextAssembler
-from ..structured.logits import LogitsGuide
+from ..structured.constraint import model_vocabulary
+from ..structured.logits import LogitsGuide, OutputSpec
 from ..structured.logprobs import TokenLogprob, TopLogprob
+from .model_info import ModelInfo
 from .types import Decoded, FinishReason, Step
 
 
@@ -30,12 +37,22 @@ class Turn:
         self.ready = False  # True when the last prefill left logits to sample from
         self.finished = False
         self.generated = 0
-        self.assembler = TextAssembler(config.stop)
+        #: set_turn()'s budget and stop strings (None: the config's), applied at a prefill
+        self.settings: tuple[int | None, tuple[str, ...] | None] = (None, None)
+        self.max_tokens = config.max_tokens  # this turn's budget
+        self.stop = config.stop  # this turn's stop strings
+        self.assembler = TextAssembler(self.stop)
         self.guide: LogitsGuide | None = None  # this turn's, built at prefill
+
+    def apply(self) -> None:
+        """A prefill starts a turn: its budget and stop strings are the settings'."""
+        max_tokens, stop = self.settings
+        self.max_tokens = self.config.max_tokens if max_tokens is None else max_tokens
+        self.stop = self.config.stop if stop is None else stop
 
     def start(self) -> None:
         """A prefill succeeded: a fresh turn with logits to sample from."""
-        self.assembler = TextAssembler(self.config.stop)
+        self.assembler = TextAssembler(self.stop)
         self.finished = False
         self.generated = 0
         self.ready = True
@@ -45,13 +62,13 @@ class Turn:
         self.ready = False
         self.finished = False
         self.generated = 0
-        self.assembler = TextAssembler(self.config.stop)
+        self.assembler = TextAssembler(self.stop)
         self.guide = None
 
     @property
     def budget(self) -> int:
         """Tokens this turn may still generate."""
-        return self.config.max_tokens - self.generated
+        return self.max_tokens - self.generated
 
     def snapshot(self) -> tuple[int, AssemblerState]:
         """What :meth:`restore` needs to undo a step."""
@@ -120,4 +137,37 @@ class Turn:
                      for r in raw[:kept])
 
 
-__all__ = ["Turn"]
+def new_guide(spec: OutputSpec, info: ModelInfo, piece: Callable[[int], bytes],
+              tokenize: Callable[[str, bool, bool], list[int]]) -> LogitsGuide:
+    """The logits guide of a turn that asks for ``spec``: over the model's own vocabulary
+    (``piece``: the session's ``_token_bytes``; ``tokenize``: its ``_tokenize``, for the
+    control tokens a grammar names) when ``spec`` constrains the output."""
+    vocabulary = None
+    if spec.constraint is not None:
+        def control_id(text: str) -> int | None:
+            ids = tokenize(text, False, True)
+            return ids[0] if len(ids) == 1 else None
+
+        vocabulary = model_vocabulary(info, piece, control_id)
+    return LogitsGuide(spec, vocabulary)
+
+
+def turn_settings(max_tokens: int | None, stop: str | Sequence[str] | None
+                  ) -> tuple[int | None, tuple[str, ...] | None]:
+    """``Session.set_turn``'s arguments checked (:class:`InvalidArgumentError` otherwise):
+    a positive int budget, and stop strings (one string or a sequence of non-empty ones)."""
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(
+            max_tokens, int) or max_tokens < 1):
+        raise InvalidArgumentError(f"max_tokens must be a positive int or None, got "
+                                   f"{max_tokens!r}")
+    if stop is None:
+        return max_tokens, None
+    stops = (stop,) if isinstance(stop, str) else stop
+    if isinstance(stops, bytes) or not isinstance(stops, Sequence) or not all(
+            isinstance(s, str) and s for s in stops):
+        raise InvalidArgumentError(f"stop must be a non-empty string or a sequence of them, "
+                                   f"got {stop!r}")
+    return max_tokens, tuple(stops)
+
+
+__all__ = ["Turn", "new_guide", "turn_settings"]

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from ..errors import InvalidArgumentError, UnsupportedOperationError
+from ..errors import InvalidArgumentError, SlotError, UnsupportedOperationError
 from ..structured.logprobs import TokenLogprob
 
 if TYPE_CHECKING:
@@ -159,5 +159,35 @@ def check_tokens(vocab: int, token_ids: Sequence[int], *, what: str) -> list[int
     return ids
 
 
+def check_slot_tokens(path: object, tokens: Sequence[int], vocab: int, n_ctx: int) -> list[int]:
+    """A slot file's token history checked against the session (:class:`SlotError` naming
+    ``path`` otherwise): not empty, in the vocabulary, within the context window."""
+    if not tokens:
+        raise SlotError(f"{path} holds no tokens")
+    try:
+        ids = check_tokens(vocab, tokens, what="slot")
+    except InvalidArgumentError as exc:
+        raise SlotError(f"{path}: {exc.message}") from None
+    if len(ids) > n_ctx:
+        raise SlotError(f"{path} holds {len(ids)} tokens, more than this session's "
+                        f"context_size {n_ctx}; open it with a larger one")
+    return ids
+
+
+def check_text(text: str) -> None:
+    """``tokenize()``'s text is a ``str`` every backend can hand on as UTF-8
+    (:class:`InvalidArgumentError` otherwise)."""
+    if not isinstance(text, str):
+        raise InvalidArgumentError(f"tokenize() takes str, got {type(text).__name__}")
+    if not text.isascii():  # every backend hands text on as UTF-8
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidArgumentError(
+                f"tokenize(): the text holds a lone surrogate {text[exc.start]!r} at index "
+                f"{exc.start}, which is not valid Unicode text (often from json.loads of "
+                "'\\ud800'); decode the source with errors='replace' or drop it") from None
+
+
 __all__ = ["Availability", "Capabilities", "Decoded", "FinishReason", "Step",
-           "check_output_support", "check_tokens"]
+           "check_output_support", "check_slot_tokens", "check_text", "check_tokens"]
