@@ -12,6 +12,7 @@ The hierarchy (status code in brackets)::
     ElizaError                          [ERR_RUNTIME unless a subclass says otherwise]
     ├── InvalidArgumentError (ValueError)   [ERR_INVALID_ARG]
     │   ├── ContextFullError                [ERR_CONTEXT_FULL]
+    │   ├── ConstraintError                 the constraint engine gave up mid-generation
     │   ├── TemplateError                   chat template failed or broke the sandbox
     │   │   └── TemplateLimitError          ran past a RenderLimits bound
     │   └── RequestError                    an OpenAI-shaped request that does not validate
@@ -85,6 +86,14 @@ class ElizaError(Exception):
 
 class InvalidArgumentError(ElizaError, ValueError):
     """A caller passed a value the contract does not accept (bad token id, bad config...)."""
+
+    default_code = Status.ERR_INVALID_ARG
+
+
+class ConstraintError(InvalidArgumentError):
+    """An output constraint the constraint engine gave up on while generating (a grammar that
+    outgrows its parser limits): the request's fault. The session undoes the step and ends
+    the turn (prefill again); it stays usable."""
 
     default_code = Status.ERR_INVALID_ARG
 
@@ -206,6 +215,7 @@ __all__ = [
     "BackendSelectionError",
     "BundleError",
     "CancelledError",
+    "ConstraintError",
     "ContextFullError",
     "ElizaError",
     "InvalidArgumentError",

@@ -42,7 +42,7 @@ from .context import InferenceContext
 from .factory import Factory
 from .hookspecs import hookimpl
 from .model_info import ModelInfo
-from .native_output import native_stderr_to_logging, quiet_by_default
+from .native_output import native_exit_to_logging, native_stderr_to_logging, quiet_by_default
 from .session import Session
 from .types import Availability, Capabilities, Decoded, FinishReason, Step
 
@@ -72,6 +72,7 @@ __all__ = [
     "find_tokenizer",
     "hookimpl",
     "load_tokenizer",
+    "native_exit_to_logging",
     "native_stderr_to_logging",
     "quiet_by_default",
     "tokenizer_facts",

@@ -13,7 +13,13 @@ hooks (``_reset``, ``_truncate``, ``_prefill``) as the session would.
 
 from __future__ import annotations
 
-from ..errors import CancelledError, InvalidArgumentError, SlotError, UnsupportedOperationError
+from ..errors import (
+    CancelledError,
+    ConstraintError,
+    InvalidArgumentError,
+    SlotError,
+    UnsupportedOperationError,
+)
 from ..runtime.text import AssemblerState
 from .guard import SessionGuard
 from .hooks import SessionHooks
@@ -40,8 +46,9 @@ class Repair:
         with it. Refusals (bad arguments, missing features) changed nothing; a cancel() is
         sticky and repaired by the reset that must follow. If the repair fails too, the
         session refuses calls until reset() / reset_keep()."""
-        if exc is not None and (isinstance(exc, (InvalidArgumentError,
-                                                 UnsupportedOperationError)) or (
+        limit = isinstance(exc, ConstraintError)  # raised mid-step: undo it, end the turn
+        if exc is not None and not limit and (isinstance(exc, (InvalidArgumentError,
+                                                               UnsupportedOperationError)) or (
                 isinstance(exc, CancelledError) and not self.guard.interrupt.is_set())):
             return
         turn = self.turn
@@ -56,7 +63,10 @@ class Repair:
                 self.refeed(n)
             else:
                 self.rewind_cache(n)
-            if op == "next" and turn.guide is not None:  # the constraint saw the undone
+            if op == "next" and turn.guide is not None and limit:
+                turn.guide = None  # the turn is over: prefill again
+                turn.ready = False
+            elif op == "next" and turn.guide is not None:  # the constraint saw the undone
                 raise UnsupportedOperationError(  # tokens and cannot be rewound with them
                     "an output constraint cannot be rewound")
         except BaseException as err:

@@ -381,6 +381,7 @@ class Lease:
                     assert slot.config is not None
                     pool._open_slot(slot, slot.config)
                 else:
+                    stream.end_generation()  # the lease's completion is over, however it ended
                     if stream.session.cancelled:
                         stream.reset_keep(stream.session.n_past)
                     slot.text = text if stream.session.n_past else ""

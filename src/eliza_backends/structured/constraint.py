@@ -39,7 +39,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..errors import BackendRuntimeError, InvalidArgumentError, UnsupportedOperationError
+from ..errors import (
+    BackendRuntimeError,
+    ConstraintError,
+    InvalidArgumentError,
+    UnsupportedOperationError,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -274,7 +279,9 @@ class ConstraintMatcher:
 
     def fill_mask(self) -> np.ndarray:
         """The ids allowed next, as a bool array of the vocabulary's size (read-only; valid
-        until the next :meth:`consume`). When the text is complete only the end ids are."""
+        until the next :meth:`consume`). When the text is complete only the end ids are.
+        Raises :class:`ConstraintError` when the engine gives up on the constraint (here or
+        in :meth:`consume`)."""
         if self._allowed is None:
             np = self._np
             bits = self._bits
@@ -302,10 +309,20 @@ class ConstraintMatcher:
         return bool(self._matcher.is_stopped())
 
     def _check(self) -> None:
-        if self._matcher.is_error():
-            raise BackendRuntimeError(f"the {self.constraint.kind} constraint failed: "
-                                      f"{self._matcher.get_error()}")
+        if not self._matcher.is_error():
+            return
+        error = str(self._matcher.get_error()).split("\n<state>")[0].strip()
+        if any(word in error.lower() for word in _LIMIT_WORDS):
+            raise ConstraintError(f"the {self.constraint.kind} constraint is beyond the "
+                                  f"constraint engine's limits ({error}); simplify it (fewer "
+                                  "alternatives or nesting levels)")
+        raise BackendRuntimeError(f"the {self.constraint.kind} constraint failed: {error}")
 
 
-__all__ = ["EXTRA", "Constraint", "ConstraintKind", "ConstraintMatcher", "TokenVocabulary",
+#: Words of llguidance's errors that say a parser limit was hit (the request's fault).
+_LIMIT_WORDS = ("max is", "limit", "too many", "too large", "too long", "exceeded")
+
+
+__all__ = ["EXTRA", "Constraint", "ConstraintError", "ConstraintKind", "ConstraintMatcher",
+           "TokenVocabulary",
            "check_compiles", "grammar_text", "model_vocabulary"]

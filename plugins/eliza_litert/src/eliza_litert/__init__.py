@@ -34,7 +34,11 @@ from eliza_backends import (
     StreamConfig,
     hookimpl,
 )
-from eliza_backends.backend import native_stderr_to_logging, quiet_by_default
+from eliza_backends.backend import (
+    native_exit_to_logging,
+    native_stderr_to_logging,
+    quiet_by_default,
+)
 
 from .ladder import ACCELERATOR_ENV, LADDER, LadderResult, real_host, resolve
 from .options import LiteRTOptions
@@ -152,7 +156,9 @@ class LiteRTFactory(Factory):
                 f"({ladder.summary()})")
 
     def open(self, context: InferenceContext, config: StreamConfig) -> Session:
-        # LiteRT writes its load-time log lines to fd 2 itself: route them into logging
+        # LiteRT writes its load-time log lines to fd 2 itself: route them into logging (and
+        # the ones it writes when the process exits: DestroyAccelerator ...)
+        native_exit_to_logging(NATIVE_LOG)
         with native_stderr_to_logging(NATIVE_LOG):
             return self._open(context, config)
 

@@ -11,6 +11,7 @@ thread-safe: every invoke holds :attr:`LoadedModel.lock`.
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 import os
 import threading
 from dataclasses import dataclass, field
@@ -192,9 +193,16 @@ def _build(path: Path, files: ModelFiles, tok: Tokenizer, folder: Path | None,
 
 
 def close_model(model: LoadedModel) -> None:
-    """Drop the runtime and remove the temporary files the model owns."""
-    model.interpreter = model.decode = None
-    model.prefill = {}
+    """Drop the runtime and remove the temporary files the model owns. The runtime is freed
+    here (a collection finds its reference cycles), its log lines routed into logging."""
+    import gc
+
+    from eliza_backends.backend import native_stderr_to_logging
+
+    with native_stderr_to_logging(logging.getLogger("eliza_litert.native")):
+        model.interpreter = model.decode = None
+        model.prefill = {}
+        gc.collect()
     model.files.remove()
 
 

@@ -159,6 +159,10 @@ class MLXSession(Session):
             for processor in self._processors:
                 logits = processor(tail, logits)
         if not self._greedy:
+            # in float32: mlx-lm scales the logprobs by 1/temperature, which overflows a
+            # float16 row to -inf (all of it: junk tokens) at temperatures near the greedy
+            # threshold (1e-5: a logprob of -0.7 becomes -7e4, past float16's -65504)
+            logits = logits.astype(mx.float32)
             logits = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         self._y = self._sampler(logits)
         mx.async_eval(self._y)  # type: ignore[no-untyped-call,unused-ignore]
