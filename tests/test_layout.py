@@ -4,7 +4,7 @@
   read say exactly the same (name -> module);
 * no import cycle between the core's modules at module level (read from the source);
 * every ``ElizaError`` subclass lives in ``errors.py`` and is drawn in its hierarchy;
-* at most 16 modules at the package root;
+* at most 16 modules at the package root, and no class over 500 lines;
 * plugins import the core only through ``eliza_backends`` and the plugin kit
   ``eliza_backends.backend``, which exports every name they use.
 """
@@ -152,3 +152,16 @@ def test_plugins_import_the_core_only_through_the_plugin_kit(plugin: Path) -> No
         bad = [m for m in _core_imports(path) if m not in PLUGIN_API]
         assert bad == [], f"{path}: import these through eliza_backends.backend"
     assert used
+
+
+def test_no_class_over_500_lines() -> None:
+    """Every class in the core and the plugins fits in 500 lines (Session is split into its
+    hooks, guard, turn, speculation and repair to stay under it)."""
+    long = []
+    for path in _python_files(PACKAGE, *PLUGIN_SRCS):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and node.end_lineno is not None and \
+                    node.end_lineno - node.lineno + 1 > 500:
+                long.append(f"{path.relative_to(ROOT)}:{node.name} "
+                            f"({node.end_lineno - node.lineno + 1} lines)")
+    assert long == []
