@@ -253,15 +253,16 @@ class Session(SessionHooks):
                 raise InvalidArgumentError("call prefill() before next(): there is nothing to "
                                            "continue from")
             else:
-                want = max_tokens or self.__spec.default_step
-                budget = turn.budget
+                spec = self.__spec  # (the hot path: plain attributes, no calls)
+                want = max_tokens or spec.default_step
+                budget = turn.max_tokens - turn.generated
                 room = self.__n_ctx - len(history)
                 if room <= 0:
                     step = turn.finish((), "", 0, 0, "context")
                 else:
                     n = len(history)
-                    before = turn.snapshot()
-                    self.__spec.begin_step(max_tokens)
+                    before = (turn.generated, turn.assembler.state())  # (for turn.restore)
+                    spec.whole_rounds = max_tokens is None and spec.steps  # (a default step)
                     out = self._decode(min(want, budget, room))
                     step = turn.assemble(out, budget, room, history, self._token_bytes)
                     if guard.interrupting:  # Ctrl-C after the last safe point: the caller

@@ -32,11 +32,8 @@ class Speculation:
         self.steps = config.drafter != "none" and config.tokens_per_step == 1
         #: tokens a ``next()`` without a count asks for
         self.default_step = config.draft_length + 1 if self.steps else config.tokens_per_step
-        self.whole_rounds = False  # this step is a default speculative one
-
-    def begin_step(self, max_tokens: int | None) -> None:
-        """A step starts: ``max_tokens`` None makes it a default one (whole rounds)."""
-        self.whole_rounds = max_tokens is None and self.steps
+        #: this step is a default speculative one (set by the session as a step starts)
+        self.whole_rounds = False
 
     def run(self, sequence: Sequence[int], max_tokens: int, verify: Verify, *,
             draft_length: int | None, after: Sequence[int],

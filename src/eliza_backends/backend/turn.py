@@ -70,12 +70,9 @@ class Turn:
         """Tokens this turn may still generate."""
         return self.max_tokens - self.generated
 
-    def snapshot(self) -> tuple[int, AssemblerState]:
-        """What :meth:`restore` needs to undo a step."""
-        return self.generated, self.assembler.state()
-
     def restore(self, before: tuple[int, AssemblerState]) -> None:
-        """Undo the steps since :meth:`snapshot`."""
+        """Undo the steps since ``before`` (``(generated, assembler.state())``, taken by the
+        session as a step starts)."""
         self.generated, state = before
         self.assembler.restore(state)
         self.finished = False
