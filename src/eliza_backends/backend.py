@@ -1122,7 +1122,9 @@ class Factory(ABC):
                      *, greedy_only: bool = False) -> Drafter | None:
         """The drafter ``config.drafter`` names, for a session on ``target``: None for
         ``"none"``, the core's :class:`~eliza_backends.speculative.NgramDrafter` for
-        ``"ngram"``, :meth:`make_draft_model` for ``"model"``. ``greedy_only``: the backend
+        ``"ngram"``, :meth:`make_draft_model` for ``"model"``; ``"mtp"`` is refused here (a
+        backend with an MTP drafter builds it in :meth:`open`: it reads the session's own
+        runtime state). ``greedy_only``: the backend
         verifies greedily only, so sampling with a drafter is refused here. The session the
         drafter is handed to owns it (rewinds and closes it)."""
         if config.drafter == "none":
@@ -1133,6 +1135,10 @@ class Factory(ABC):
                 "repeat_penalty=1 with a drafter, or drafter='none' to sample")
         if config.drafter == "ngram":
             return NgramDrafter(max_n=config.ngram_size)
+        if config.drafter == "mtp":
+            raise UnsupportedOperationError(
+                f"{self.name} has no MTP drafter (a target's multi-token-prediction assistant, "
+                "Gemma 4's): use backend='llama.cpp' for it, or drafter='ngram'")
         return self.make_draft_model(context, config, target)
 
     def make_draft_model(self, context: InferenceContext, config: StreamConfig,

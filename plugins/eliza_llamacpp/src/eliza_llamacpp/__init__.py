@@ -9,6 +9,7 @@ draft model to llama.cpp (both import ``model``, never each other).
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from functools import cached_property
 from pathlib import Path
@@ -18,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from eliza_backends import (
     Availability,
+    BundleError,
     Factory,
     InferenceContext,
     ModelInfo,
@@ -25,9 +27,15 @@ from eliza_backends import (
     StreamConfig,
     hookimpl,
 )
+from eliza_backends.bundle import find_artifacts
+from eliza_backends.errors import Status
 from eliza_backends.speculative import Drafter
 
 __version__ = "0.1.0"
+
+#: Architectures of an MTP assistant over a target's context (``gemma4-assistant``: Gemma 4's);
+#: a header probe finds them under text/draft/ without importing llama_cpp.
+MTP_ARCHITECTURES = frozenset({"gemma4-assistant"})
 
 _LIB_NAMES = {"linux": "libllama.so", "darwin": "libllama.dylib", "win32": "llama.dll"}
 
@@ -111,19 +119,54 @@ class LlamaCppFactory(Factory):
         options: LlamaCppOptions = self.parse_options(config)
         model = shared_model(context, self.artifact(context.bundle_dir, name=options.artifact),
                              options)
+        if config.drafter == "mtp":
+            from .mtp import MtpDrafter
+
+            assistant = shared_model(context, self.mtp_artifact(context.bundle_dir, config),
+                                     options)
+            return LlamaCppSession(model, config, options, context, linked=lambda ctx: MtpDrafter(
+                assistant, model, ctx, config, options))
         drafter = self.make_drafter(context, config, model.info)
         return LlamaCppSession(model, config, options, context, drafter)
 
     def make_draft_model(self, context: InferenceContext, config: StreamConfig,
                          target: ModelInfo) -> Drafter:
-        """A GGUF from ``text/draft/`` (or ``draft_model``) in its own llama.cpp context."""
+        """A GGUF from ``text/draft/`` (or ``draft_model``) in its own llama.cpp context (the
+        first that is not an MTP assistant, which needs ``drafter="mtp"``)."""
         from .draft import DraftModel
         from .model import shared_model
 
-        path = self.draft_artifact(context.bundle_dir, config)
+        if config.draft_model is not None:
+            path = self.draft_artifact(context.bundle_dir, config)
+        else:
+            path = self._drafts(context.bundle_dir, mtp=False)[0]
         options: LlamaCppOptions = self.parse_options(config)
         model = shared_model(context, path, options)
         return DraftModel(model, target.vocab_size, config, options)
+
+    def mtp_artifact(self, bundle_dir: str | os.PathLike[str], config: StreamConfig) -> Path:
+        """The MTP assistant for ``drafter="mtp"``: ``config.draft_model``, else the first GGUF
+        under ``text/draft/`` whose architecture is an assistant's (``gemma4-assistant``).
+        :class:`BundleError` (``ERR_CANNOT_SERVE``) when there is none."""
+        if config.draft_model is not None:
+            return self.draft_artifact(bundle_dir, config)
+        return self._drafts(bundle_dir, mtp=True)[0]
+
+    def _drafts(self, bundle_dir: str | os.PathLike[str], *, mtp: bool) -> list[Path]:
+        """The GGUFs under ``text/draft/`` that are MTP assistants (``mtp``) or draft models
+        (a header probe each); :class:`BundleError` when there are none."""
+        from .gguf_header import gguf_architecture
+
+        found = [p for p in find_artifacts(bundle_dir, self.formats, role="draft")
+                 if (gguf_architecture(p) in MTP_ARCHITECTURES) == mtp]
+        if not found:
+            what = ("an MTP assistant (a gemma4-assistant GGUF, as `bundle convert` writes "
+                    "for a Gemma 4 model with its assistant); use drafter='ngram' otherwise"
+                    if mtp else "a draft model (a smaller GGUF with the same vocabulary; an MTP "
+                    "assistant there needs drafter='mtp'), or set draft_model")
+            raise BundleError(f"{bundle_dir} has no {what} under text/draft/ for {self.name}",
+                              code=Status.ERR_CANNOT_SERVE)
+        return found
 
 
 @hookimpl

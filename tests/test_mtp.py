@@ -1,0 +1,204 @@
+"""Gemma 4's MTP assistant as the llama.cpp drafter (``drafter="mtp"``), on a tiny Gemma 4 pair
+(target + gemma4-assistant, f32 GGUFs): the real llama.cpp, the core's one speculative loop.
+
+Greedy output equals plain greedy output (past the sliding window too), every step reports
+honest drafted/accepted counts, sampled output follows the target distribution, and rewinds
+(reset, reset_keep, slots, cancel) keep target and assistant in step. The conformance kit's
+speculative checks run with the MTP drafter on the pair.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, TINY_BUNDLE
+
+pytest.importorskip("llama_cpp")
+
+from eliza_llamacpp import LlamaCppFactory
+
+from eliza_backends import (
+    BundleError,
+    CancelledError,
+    Factory,
+    InferenceContext,
+    StreamConfig,
+    UnsupportedOperationError,
+    open_stream,
+)
+from eliza_backends.testing import SpeculativeChecks, generated_tokens, run_to_end
+
+
+def _mtp_bundle() -> Path:
+    """The tiny Gemma 4 bundle (target and assistant) once it ships, else this test's copy."""
+    for path in (ROOT / "examples" / "bundles" / "gemma4-tiny", ROOT / "tests" / "bundles" /
+                 "gemma4-mtp"):
+        if any((path / "text" / "draft").glob("*.gguf")):
+            return path
+    return ROOT / "tests" / "bundles" / "gemma4-mtp"
+
+
+MTP_BUNDLE = _mtp_bundle()
+PROMPTS = [
+    "The quick brown fox jumps over the lazy dog. The quick brown fox",
+    "Once upon a time there was a little robot who wanted to learn",
+    "Water boils at one hundred degrees. Ice melts at",
+    "The capital of France is Paris. The capital of Italy is",
+]
+BASE = {"threads": 1, "context_size": 512, "batch_size": 64}
+
+
+@pytest.fixture(scope="module")
+def ctx() -> InferenceContext:
+    with InferenceContext(MTP_BUNDLE) as c:
+        yield c
+
+
+def _run(ctx: InferenceContext, prompt: str | list[int], **config: object) -> tuple[list[int],
+                                                                                int, int]:
+    with open_stream(ctx, backend="llama.cpp", **{**BASE, **config}) as s:  # type: ignore
+        s.prefill(prompt)
+        steps = run_to_end(s.session)
+        for st in steps:
+            assert 0 <= st.accepted <= st.drafted
+        return (generated_tokens(steps), sum(st.drafted for st in steps),
+                sum(st.accepted for st in steps))
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+@pytest.mark.parametrize("k", [1, 4])
+def test_mtp_greedy_output_is_plain_greedy_output(ctx: InferenceContext, prompt: str,
+                                                  k: int) -> None:
+    plain, _, _ = _run(ctx, prompt, max_tokens=48, ignore_eos=True)
+    out, drafted, accepted = _run(ctx, prompt, max_tokens=48, ignore_eos=True, drafter="mtp",
+                                  draft_length=k, draft_policy="fixed")
+    assert out == plain
+    assert drafted > 0 and 0 <= accepted <= drafted
+
+
+def test_mtp_past_the_sliding_window(ctx: InferenceContext) -> None:
+    """The assistant reads the target's sliding-window layers too: a prompt and generation
+    well past the window (32 tokens in the tiny family) still give the plain greedy tokens."""
+    prompt = " ".join(PROMPTS) + " " + PROMPTS[0]
+    plain, _, _ = _run(ctx, prompt, max_tokens=96, ignore_eos=True)
+    out, drafted, _ = _run(ctx, prompt, max_tokens=96, ignore_eos=True, drafter="mtp",
+                           draft_length=3, draft_policy="fixed")
+    assert out == plain and drafted > 0
+
+
+def test_mtp_with_the_auto_policy_is_lossless(ctx: InferenceContext) -> None:
+    plain, _, _ = _run(ctx, PROMPTS[1], max_tokens=64, ignore_eos=True)
+    out, _, _ = _run(ctx, PROMPTS[1], max_tokens=64, ignore_eos=True, drafter="mtp",
+                     draft_length=4, draft_policy="auto")
+    assert out == plain
+
+
+def test_mtp_rewinds_keep_target_and_assistant_in_step(ctx: InferenceContext,
+                                                      tmp_path: Path) -> None:
+    with open_stream(ctx, backend="llama.cpp", **BASE, max_tokens=24, ignore_eos=True) as s:
+        ids = s.session.tokenize(PROMPTS[0], add_special=True)
+        s.prefill(ids)
+        expected = generated_tokens(run_to_end(s.session))
+    cfg = {**BASE, "max_tokens": 24, "ignore_eos": True, "drafter": "mtp", "draft_length": 3,
+           "draft_policy": "fixed"}
+    with open_stream(ctx, backend="llama.cpp", **cfg) as s:  # type: ignore[arg-type]
+        session = s.session
+        session.prefill(ids)
+        assert generated_tokens(run_to_end(session)) == expected
+        # reset_keep inside the prompt, then the rest again
+        kept = session.reset_keep(len(ids) - 3)
+        session.prefill(ids[kept:])
+        assert generated_tokens(run_to_end(session)) == expected
+        # reset_keep inside the generated text: continue from there
+        session.reset()
+        session.prefill(ids)
+        first = session.next(5)
+        session.reset_keep(len(ids) + 2)
+        session.prefill(list(first.tokens[2:]))
+        assert list(first.tokens) + generated_tokens(run_to_end(session)) == expected
+        # a slot saved mid-stream and restored in a fresh session continues identically
+        session.reset()
+        session.prefill(ids)
+        head = list(session.next(6).tokens)
+        session.save_slot(tmp_path / "mtp.slot")
+        with open_stream(ctx, backend="llama.cpp", **cfg) as t:  # type: ignore[arg-type]
+            t.session.restore_slot(tmp_path / "mtp.slot")
+            assert head + generated_tokens(run_to_end(t.session)) == expected
+        # cancel, then reset: the session drafts and verifies as before
+        session.cancel()
+        with pytest.raises(CancelledError):
+            session.next()
+        session.reset()
+        session.prefill(ids)
+        steps = run_to_end(session)
+        assert generated_tokens(steps) == expected and sum(st.drafted for st in steps) > 0
+
+
+def test_mtp_sampling_keeps_the_target_distribution(ctx: InferenceContext) -> None:
+    """Temperature sampling with MTP drafts (greedy, so a one-hot proposal) follows the
+    standard acceptance rule: tokens 2-3 of a sampled continuation are distributed as without
+    a drafter (total variation over 300 seeds, as for the n-gram and model drafters)."""
+    counts: dict[str, Counter[tuple[int, ...]]] = {}
+    drafted = 0
+    for kind in ("none", "mtp"):
+        counts[kind] = Counter()
+        for seed in range(300):
+            with open_stream(ctx, backend="llama.cpp", **BASE, temperature=1.0, seed=seed,
+                             max_tokens=4, ignore_eos=True, drafter=kind, draft_length=3,
+                             draft_policy="fixed") as s:
+                s.prefill(PROMPTS[2])
+                tokens = [t for st in s for t in st.tokens]
+                counts[kind][tuple(tokens[1:3])] += 1
+                drafted += s.metrics.drafted
+    a, b = counts["none"], counts["mtp"]
+    tv = 0.5 * sum(abs(a[k] - b[k]) for k in set(a) | set(b)) / 300
+    assert drafted > 300
+    assert tv < 0.12, (tv, a.most_common(4), b.most_common(4))
+
+
+def test_mtp_without_an_assistant_is_a_bundle_error() -> None:
+    with pytest.raises(BundleError, match="MTP assistant"):
+        open_stream(TINY_BUNDLE, backend="llama.cpp", threads=1, drafter="mtp")
+
+
+def test_assistant_is_not_taken_as_a_draft_model(ctx: InferenceContext) -> None:
+    """drafter='model' skips the assistant under text/draft/ (it cannot run on its own)."""
+    with pytest.raises(BundleError, match="draft model"):
+        open_stream(ctx, backend="llama.cpp", threads=1, drafter="model")
+
+
+def test_draft_model_path_must_be_an_assistant_for_mtp(ctx: InferenceContext) -> None:
+    target = next((MTP_BUNDLE / "text").glob("*.gguf")).relative_to(MTP_BUNDLE)
+    with pytest.raises(BundleError, match="not an MTP assistant"):
+        open_stream(ctx, backend="llama.cpp", threads=1, drafter="mtp",
+                    draft_model=target.as_posix())
+
+
+def test_other_backends_refuse_mtp_plainly() -> None:
+    """A backend without an MTP drafter refuses drafter='mtp' with a typed error naming the
+    one that has it (the core's Factory.make_drafter)."""
+
+    class NoMtp(LlamaCppFactory):
+        name = "no-mtp"
+
+        def open(self, context: InferenceContext, config: StreamConfig):  # type: ignore
+            return self.make_drafter(context, config, None)  # type: ignore[arg-type]
+
+    with InferenceContext(TINY_BUNDLE) as c, pytest.raises(UnsupportedOperationError,
+                                                            match="has no MTP drafter"):
+        NoMtp().open(c, StreamConfig(drafter="mtp"))
+
+
+class TestMtpSpeculativeKit(SpeculativeChecks):
+    """The conformance kit's speculative checks on the Gemma 4 pair: every drafter the session
+    offers (n-gram, MTP; 'model' finds no draft model here) keeps greedy output."""
+
+    @pytest.fixture
+    def factory(self) -> Factory:
+        return LlamaCppFactory()
+
+    @pytest.fixture
+    def bundle_dir(self) -> Path:
+        return MTP_BUNDLE
