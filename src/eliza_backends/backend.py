@@ -29,7 +29,7 @@ import operator
 import os
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, final
@@ -1038,6 +1038,13 @@ class Factory(ABC):
         ``bundle_dir``. A backend whose artifacts may be present yet unrunnable on this host
         (a Core ML model off macOS) overrides it to say so."""
         return f"no {'/'.join(self.formats) or 'matching'} artifact under text/"
+
+    def drafters(self, bundle_dir: str | os.PathLike[str]) -> Mapping[str, str]:
+        """For :func:`~eliza_backends.explain`: each speculative drafter kind this backend runs
+        (``StreamConfig.drafter``), with one line saying what a stream with it would use on
+        ``bundle_dir`` or why it cannot. Cheap (directory and header probes, no model load).
+        The default says nothing."""
+        return {}
 
     def pinned(self, name: str) -> Factory:
         """The factory a hard request by ``name`` (one of :meth:`names`) gets: this one, or,

@@ -152,6 +152,21 @@ class LlamaCppFactory(Factory):
             return self.draft_artifact(bundle_dir, config)
         return self._drafts(bundle_dir, mtp=True)[0]
 
+    def drafters(self, bundle_dir: str | os.PathLike[str]) -> dict[str, str]:
+        """What each drafter would use on ``bundle_dir`` (for explain / ``select --explain``)."""
+        root = Path(bundle_dir)
+        out = {"ngram": "prompt lookup over the sequence itself (no model)"}
+        for kind, mtp in (("model", False), ("mtp", True)):
+            try:
+                path = self._drafts(bundle_dir, mtp=mtp)[0]
+            except BundleError as exc:
+                out[kind] = f"cannot: {exc.message}"
+                continue
+            what = ("the target's multi-token-prediction assistant, drafting from its hidden "
+                    "state" if mtp else "a draft model in its own context")
+            out[kind] = f"{path.relative_to(root).as_posix()} ({what})"
+        return out
+
     def _drafts(self, bundle_dir: str | os.PathLike[str], *, mtp: bool) -> list[Path]:
         """The GGUFs under ``text/draft/`` that are MTP assistants (``mtp``) or draft models
         (a header probe each); :class:`BundleError` when there are none."""
@@ -160,12 +175,12 @@ class LlamaCppFactory(Factory):
         found = [p for p in find_artifacts(bundle_dir, self.formats, role="draft")
                  if (gguf_architecture(p) in MTP_ARCHITECTURES) == mtp]
         if not found:
-            what = ("an MTP assistant (a gemma4-assistant GGUF, as `bundle convert` writes "
-                    "for a Gemma 4 model with its assistant); use drafter='ngram' otherwise"
-                    if mtp else "a draft model (a smaller GGUF with the same vocabulary; an MTP "
-                    "assistant there needs drafter='mtp'), or set draft_model")
-            raise BundleError(f"{bundle_dir} has no {what} under text/draft/ for {self.name}",
-                              code=Status.ERR_CANNOT_SERVE)
+            what = ("MTP assistant under text/draft/ (a gemma4-assistant GGUF, as `bundle "
+                    "convert` writes for a Gemma 4 model with its assistant); use "
+                    "drafter='ngram' for this bundle" if mtp else "draft model under "
+                    "text/draft/ (a smaller GGUF with the same vocabulary; an MTP assistant "
+                    "there needs drafter='mtp'); ship one, or set draft_model")
+            raise BundleError(f"{bundle_dir} has no {what}", code=Status.ERR_CANNOT_SERVE)
         return found
 
 
