@@ -74,7 +74,7 @@ def spec_simple(binary: Path, bundle: Path, prompt: str, n_gen: int, threads: in
                 k: int) -> dict[str, Any]:
     """llama.cpp's own MTP driver on the same files: drafted, accepted, decode tok/s."""
     target = sorted((bundle / "text").glob("*.gguf"))[0]
-    assistant = sorted((bundle / "text" / "draft").glob("*.gguf"))[0]
+    assistant = sorted((bundle / "text" / "draft").rglob("*.gguf"))[0]
     cmd = [str(binary), "-m", str(target), "-md", str(assistant), "--spec-type", "draft-mtp",
            "--spec-draft-n-max", str(k), "--spec-draft-p-min", "0", "-p", prompt,
            "-n", str(n_gen), "--temp", "0", "--top-k", "1", "-t", str(threads), "-c", "1024",

@@ -36,7 +36,7 @@ def _mtp_bundle() -> Path:
     """The tiny Gemma 4 bundle (target and assistant) once it ships, else this test's copy."""
     for path in (ROOT / "examples" / "bundles" / "gemma4-tiny", ROOT / "tests" / "bundles" /
                  "gemma4-mtp"):
-        if any((path / "text" / "draft").glob("*.gguf")):
+        if any((path / "text" / "draft").rglob("*.gguf")):
             return path
     return ROOT / "tests" / "bundles" / "gemma4-mtp"
 

@@ -146,7 +146,8 @@ class LlamaCppFactory(Factory):
 
     def mtp_artifact(self, bundle_dir: str | os.PathLike[str], config: StreamConfig) -> Path:
         """The MTP assistant for ``drafter="mtp"``: ``config.draft_model``, else the first GGUF
-        under ``text/draft/`` whose architecture is an assistant's (``gemma4-assistant``).
+        under ``text/draft/mtp/`` (then ``text/draft/``) whose architecture is an assistant's
+        (``gemma4-assistant``).
         :class:`BundleError` (``ERR_CANNOT_SERVE``) when there is none."""
         if config.draft_model is not None:
             return self.draft_artifact(bundle_dir, config)
@@ -168,14 +169,18 @@ class LlamaCppFactory(Factory):
         return out
 
     def _drafts(self, bundle_dir: str | os.PathLike[str], *, mtp: bool) -> list[Path]:
-        """The GGUFs under ``text/draft/`` that are MTP assistants (``mtp``) or draft models
-        (a header probe each); :class:`BundleError` when there are none."""
+        """The GGUFs that are MTP assistants (``mtp``: under ``text/draft/mtp/``, where bundles
+        keep them, then ``text/draft/``) or draft models (``text/draft/``), told apart by a
+        header probe each; :class:`BundleError` when there are none."""
         from .gguf_header import gguf_architecture
 
-        found = [p for p in find_artifacts(bundle_dir, self.formats, role="draft")
-                 if (gguf_architecture(p) in MTP_ARCHITECTURES) == mtp]
+        found = find_artifacts(bundle_dir, self.formats, role="draft")
+        if mtp:
+            heads = Path(bundle_dir) / "text" / "draft" / "mtp"
+            found = sorted(p for p in heads.glob("*.gguf") if not p.name.startswith(".")) + found
+        found = [p for p in found if (gguf_architecture(p) in MTP_ARCHITECTURES) == mtp]
         if not found:
-            what = ("MTP assistant under text/draft/ (a gemma4-assistant GGUF, as `bundle "
+            what = ("MTP assistant under text/draft/mtp/ (a gemma4-assistant GGUF, as `bundle "
                     "convert` writes for a Gemma 4 model with its assistant); use "
                     "drafter='ngram' for this bundle" if mtp else "draft model under "
                     "text/draft/ (a smaller GGUF with the same vocabulary; an MTP assistant "
