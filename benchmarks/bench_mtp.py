@@ -18,7 +18,8 @@ one-token pass, which random weights hit and trained ones rarely).
 ``--spec-simple``: llama.cpp's own ``llama-speculative-simple`` (built from the sdist's vendored
 tree against the installed libllama) run with ``--spec-type draft-mtp`` on the same files and
 prompts, at the same draft length, greedy, ``--spec-draft-p-min 0``: its ``n_drafted`` /
-``n_accept`` and decode speed.
+``n_accept`` and decode speed, beside the seam's MTP acceptance on the same run to the end token
+(llama.cpp's ``--ignore-eos`` would bias the end tokens away, so neither side ignores them).
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ CONTENDERS = {"none": {}, "ngram": {"drafter": "ngram", "draft_policy": "fixed"}
 def run(ctx: InferenceContext, prompt: str, n_gen: int, threads: int, k: int,
         cfg: dict[str, Any]) -> dict[str, Any]:
     """One greedy generation: tokens, decode tok/s, counts, the policy's curve."""
+    cfg = {"ignore_eos": True, **cfg}
     with open_stream(ctx, backend="llama.cpp", threads=threads, max_tokens=n_gen,
-                     ignore_eos=True, context_size=1024, draft_length=k, **cfg) as s:
+                     context_size=1024, draft_length=k, **cfg) as s:
         s.prefill(prompt)
         t0 = time.perf_counter()
         steps = list(s)
@@ -77,8 +79,7 @@ def spec_simple(binary: Path, bundle: Path, prompt: str, n_gen: int, threads: in
     assistant = sorted((bundle / "text" / "draft").rglob("*.gguf"))[0]
     cmd = [str(binary), "-m", str(target), "-md", str(assistant), "--spec-type", "draft-mtp",
            "--spec-draft-n-max", str(k), "--spec-draft-p-min", "0", "-p", prompt,
-           "-n", str(n_gen), "--temp", "0", "--top-k", "1", "-t", str(threads), "-c", "1024",
-           "--ignore-eos"]
+           "-n", str(n_gen), "--temp", "0", "--top-k", "1", "-t", str(threads), "-c", "1024"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     text = proc.stdout + proc.stderr
     found = {key: re.search(rf"{key}\s*=\s*(\d+)", text) for key in ("n_drafted", "n_accept")}
@@ -119,8 +120,12 @@ def bench(bundle: Path, prompts: list[str], repeat: int, n_gen: int, threads: in
                 if cost and a is not None else None
             entry: dict[str, Any] = {"rows": rows, "cost": cost, "draft_cost": dc,
                                      "bound": bound}
-            if binary is not None:
+            if binary is not None:  # (it stops at an end token: so does this pass)
                 entry["llama.cpp"] = spec_simple(binary, bundle, prompt, n_gen, threads, k)
+                seam = run(ctx, prompt, n_gen, threads, k, {**CONTENDERS["mtp"],
+                                                             "ignore_eos": False})
+                entry["llama.cpp"]["seam_acceptance"] = seam["acceptance"]
+                entry["llama.cpp"]["seam_tokens"] = len(seam["tokens"])
             out[prompt] = entry
     return out
 
@@ -132,7 +137,7 @@ def render(report: dict[str, Any]) -> str:
              f"k = {k}, {report['repeat']} interleaved repeats, median (min-max); ratios: "
              "median (min-max) of per-round ratios to none; acceptance = accepted / drafted"]
     head = ["prompt", "same", "none tok/s", "ngram x", "mtp x", "mtp-auto x", "mtp accept",
-            "llama.cpp accept", "draft cost", "bound x", f"cost(1..{k + 1})"]
+            "to eos: seam / llama.cpp", "draft cost", "bound x", f"cost(1..{k + 1})"]
     body = []
     for prompt, d in report["prompts"].items():
         r = d["rows"]
@@ -144,8 +149,9 @@ def render(report: dict[str, Any]) -> str:
                      cell(r["mtp-auto"]["ratio_range"], fmt=".2f"),
                      f"{r['mtp']['acceptance']:.3f}" if r["mtp"]["acceptance"] is not None
                      else "-",
-                     f"{ref['acceptance']:.3f}" if ref.get("acceptance") is not None else
-                     (ref.get("error", "-")[:20] if ref else "-"),
+                     f"{ref['seam_acceptance']:.3f} / {ref['acceptance']:.3f}"
+                     if ref.get("acceptance") is not None else
+                     (str(ref.get("error", "-"))[:20] if ref else "-"),
                      f"{d['draft_cost']:.2f}" if d["draft_cost"] else "-",
                      f"{d['bound']:.2f}" if d["bound"] else "-",
                      " ".join(f"{c:.2f}" for c in d["cost"]) if d["cost"] else "-"])

@@ -209,3 +209,28 @@ class TestMtpSpeculativeKit(SpeculativeChecks):
     @pytest.fixture
     def bundle_dir(self) -> Path:
         return MTP_BUNDLE
+
+
+def test_gguf_architecture_probe(tmp_path: Path) -> None:
+    from eliza_llamacpp.gguf_header import gguf_architecture
+
+    assistant = next((MTP_BUNDLE / "text" / "draft").rglob("*.gguf"))
+    assert gguf_architecture(assistant) == "gemma4-assistant"
+    assert gguf_architecture(next((MTP_BUNDLE / "text").glob("*.gguf"))) == "gemma4"
+    assert gguf_architecture(next((TINY_BUNDLE / "text").glob("*.gguf"))) == "llama"
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"GGUF" + b"\xff" * 64)
+    assert gguf_architecture(junk) is None
+    assert gguf_architecture(tmp_path / "missing.gguf") is None
+
+
+def test_explain_says_which_drafter_a_stream_would_use() -> None:
+    from eliza_backends import explain
+
+    report = explain(MTP_BUNDLE, backend="llama.cpp")
+    assistant = next((MTP_BUNDLE / "text" / "draft").rglob("*.gguf"))
+    assert report.drafters["mtp"].startswith(assistant.relative_to(MTP_BUNDLE).as_posix())
+    assert report.drafters["model"].startswith("cannot:")
+    assert "mtp" in str(report) and report.to_dict()["drafters"] == dict(report.drafters)
+    tiny = explain(TINY_BUNDLE, backend="llama.cpp")
+    assert tiny.drafters["mtp"].startswith("cannot:") and "MTP assistant" in tiny.drafters["mtp"]
