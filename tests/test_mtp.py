@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import ROOT, TINY_BUNDLE
@@ -29,6 +30,7 @@ from eliza_backends import (
     UnsupportedOperationError,
     open_stream,
 )
+from eliza_backends.speculative import accept_sampled
 from eliza_backends.testing import SpeculativeChecks, generated_tokens, run_to_end
 
 
@@ -42,12 +44,15 @@ def _mtp_bundle() -> Path:
 
 
 MTP_BUNDLE = _mtp_bundle()
+#: Ordinary prompts of the tiny family (its training text: where its assistant was distilled)
 PROMPTS = [
-    "The quick brown fox jumps over the lazy dog. The quick brown fox",
-    "Once upon a time there was a little robot who wanted to learn",
-    "Water boils at one hundred degrees. Ice melts at",
-    "The capital of France is Paris. The capital of Italy is",
+    "We hold these truths to be self-evident,",
+    "Ships that passed in the dark",
+    "The river does not hurry",
+    "Four score and seven years ago",
 ]
+#: Text the tiny model never saw: it writes gibberish there and its assistant rarely agrees
+UNSEEN = "The old dog slept by the fire"
 BASE = {"threads": 1, "context_size": 512, "batch_size": 64}
 
 
@@ -77,6 +82,31 @@ def test_mtp_greedy_output_is_plain_greedy_output(ctx: InferenceContext, prompt:
                                   draft_length=k, draft_policy="fixed")
     assert out == plain
     assert drafted > 0 and 0 <= accepted <= drafted
+
+
+def test_mtp_acceptance_on_ordinary_prompts(ctx: InferenceContext) -> None:
+    """The trained assistant's drafts are mostly accepted on the family's own text (its torch
+    reference accepts 0.96-1.0 there); every step's counts are honest."""
+    drafted = accepted = 0
+    for prompt in PROMPTS[:3]:
+        _, d, a = _run(ctx, prompt, max_tokens=32, ignore_eos=True, drafter="mtp",
+                       draft_length=3, draft_policy="fixed")
+        drafted, accepted = drafted + d, accepted + a
+    assert drafted > 0 and accepted / drafted >= 0.5, (accepted, drafted)
+
+
+def test_mtp_chat_prompt_through_the_template(ctx: InferenceContext) -> None:
+    """A chat turn through the model's own template: same tokens as plain, drafts accepted."""
+    messages = [{"role": "user", "content": "What is two plus two?"}]
+    with open_stream(ctx, backend="llama.cpp", **BASE, max_tokens=24) as s:
+        s.prefill_messages(messages)
+        plain = generated_tokens(run_to_end(s.session))
+    with open_stream(ctx, backend="llama.cpp", **BASE, max_tokens=24, drafter="mtp",
+                     draft_length=3, draft_policy="fixed") as s:
+        s.prefill_messages(messages)
+        steps = run_to_end(s.session)
+    assert generated_tokens(steps) == plain
+    assert sum(st.accepted for st in steps) > 0
 
 
 def test_mtp_past_the_sliding_window(ctx: InferenceContext) -> None:
@@ -139,30 +169,53 @@ def test_mtp_rewinds_keep_target_and_assistant_in_step(ctx: InferenceContext,
         continues([], run_to_end(session))
 
 
-def test_mtp_sampling_keeps_the_target_distribution(ctx: InferenceContext) -> None:
+def _biased(drafts: Any, target: Any, sampler: Any, is_end: Any) -> tuple[list[int], int]:
+    """A broken acceptance rule: a draft the target gives p >= 0.3 is always accepted."""
+    out: list[int] = []
+    for i, d in enumerate(drafts):
+        ids, probs = target(i)
+        if float(probs[ids == d].sum()) < 0.3:
+            rest, n = accept_sampled(drafts[i:], lambda j, i=i: target(i + j), sampler, is_end)
+            return out + rest, i + n
+        out.append(d)
+    ids, probs = target(len(drafts))
+    return [*out, sampler.choose(ids, probs)], len(drafts)
+
+
+@pytest.mark.parametrize("rule", ["standard", "biased"])
+def test_mtp_sampling_keeps_the_target_distribution(ctx: InferenceContext, rule: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Temperature sampling with MTP drafts (greedy, so a one-hot proposal) follows the
     standard acceptance rule: tokens 2-3 of a sampled continuation are distributed as without
-    a drafter (total variation over 600 seeds, as for the n-gram and model drafters; top-k 2
-    keeps the pairs few enough for that many samples to measure, whatever the weights: the
-    expected distance of two samples of one distribution is ~0.06 here; a rule biased towards
-    the drafts moves it far more)."""
-    SEEDS = 600
+    a drafter (total variation over 600 seeds, as for the n-gram and model drafters). Top-k 2
+    at temperature 3 keeps the outcomes few and the drafts' probabilities away from 1, so the
+    check has power: a rule biased towards the drafts (``rule="biased"``) is caught (measured
+    here: 0.025 with the standard rule, 0.12 with the biased one)."""
+    import eliza_llamacpp.session as llama_session
+
+    if rule == "biased":
+        monkeypatch.setattr(llama_session, "accept_sampled", _biased)
+    seeds = 600
     counts: dict[str, Counter[tuple[int, ...]]] = {}
-    drafted = 0
+    drafted = accepted = 0
     for kind in ("none", "mtp"):
         counts[kind] = Counter()
-        for seed in range(SEEDS):
-            with open_stream(ctx, backend="llama.cpp", **BASE, temperature=1.0, top_k=2,
-                             seed=seed, max_tokens=4, ignore_eos=True, drafter=kind, draft_length=3,
-                             draft_policy="fixed") as s:
-                s.prefill(PROMPTS[2])
+        for seed in range(seeds):
+            with open_stream(ctx, backend="llama.cpp", **BASE, temperature=3.0, top_k=2,
+                             seed=seed, max_tokens=4, ignore_eos=True, drafter=kind,
+                             draft_length=3, draft_policy="fixed") as s:
+                s.prefill(PROMPTS[0])
                 tokens = [t for st in s for t in st.tokens]
                 counts[kind][tuple(tokens[1:3])] += 1
                 drafted += s.metrics.drafted
+                accepted += s.metrics.accepted
     a, b = counts["none"], counts["mtp"]
-    tv = 0.5 * sum(abs(a[k] - b[k]) for k in set(a) | set(b)) / SEEDS
-    assert drafted > SEEDS
-    assert tv < 0.12, (tv, a.most_common(4), b.most_common(4))
+    tv = 0.5 * sum(abs(a[k] - b[k]) for k in set(a) | set(b)) / seeds
+    assert drafted >= seeds and accepted > drafted // 2  # the rule is exercised
+    if rule == "standard":
+        assert tv < 0.07, (tv, a.most_common(4), b.most_common(4))
+    else:
+        assert tv > 0.07, (tv, a.most_common(4), b.most_common(4))
 
 
 def test_mtp_without_an_assistant_is_a_bundle_error() -> None:
