@@ -8,10 +8,13 @@ Per prompt (llama.cpp through the seam, greedy, one inference context, contender
 with rotation, medians): ``none``, ``ngram`` (fixed k), ``mtp`` (fixed k) and ``mtp-auto``
 (``draft_policy="auto"``, at most k). Reported: decode tok/s and the paired ratio to ``none``
 (median of per-round ratios, min-max), acceptance as llama.cpp counts it (accepted / drafted
-at fixed k), the batch cost curve the policy measured, the MTP drafting cost per token (in
-one-token target decodes) and the speed-up bound ``max_k yield(a, k) / (cost(k + 1) + k *
-draft_cost)`` (:func:`eliza_backends.draft_policy.speedup_bound`, ``a`` the per-position
-acceptance). Every run's tokens are compared with the plain greedy ones (``same``: every
+at fixed k), the target's batch cost curve and the MTP drafting cost per token (in one-token
+target decodes; each the fastest of many timings, :func:`clean_costs`: the policy's own running
+estimates follow whole rounds on a shared machine and are noisier) and the speed-up bound
+``max_k yield(a, k) / (cost(k + 1) + k * draft_cost)``
+(:func:`eliza_backends.draft_policy.speedup_bound`, ``a`` the per-position acceptance); the
+bound leaves out the per-round Python work (acceptance, staging, the loop). Every run's tokens
+are compared with the plain greedy ones (``same``: every
 drafted contender gave them; a batched verify pass can round a near-tie differently from a
 one-token pass, which random weights hit and trained ones rarely).
 
@@ -72,6 +75,33 @@ def run(ctx: InferenceContext, prompt: str, n_gen: int, threads: int, k: int,
                 "draft_cost": policy.draft_cost if policy else None}
 
 
+def clean_costs(ctx: InferenceContext, prompt: str, threads: int, k: int,
+                reps: int = 200) -> dict[str, Any]:
+    """The costs the bound needs, each the fastest of ``reps`` (the rest is other work on a
+    shared machine): the target's forward pass over 1..k+1 tokens (the session's own
+    ``_batch_cost``, relative to one token) and one MTP draft (the drafter's ``propose``
+    per token, in one-token target decodes)."""
+    with open_stream(ctx, backend="llama.cpp", threads=threads, max_tokens=8, ignore_eos=True,
+                     context_size=1024, drafter="mtp", draft_length=k,
+                     draft_policy="fixed") as s:
+        s.prefill(prompt)
+        s.session.next(k + 1)
+        session = s.session
+        curves = [session._batch_cost(k + 1) or [] for _ in range(reps // 20)]
+        raw = [min(c[i] for c in curves) for i in range(k + 1)]
+        drafter, history = session._drafter, list(session.history)
+        assert drafter is not None
+        per = min(_timed(lambda: drafter.propose(history, k)) for _ in range(reps)) / k
+    return {"cost": [c / raw[0] for c in raw], "draft_cost": per / raw[0],
+            "one_token_us": raw[0] * 1e6, "draft_us": per * 1e6}
+
+
+def _timed(fn: Any) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
 def spec_simple(binary: Path, bundle: Path, prompt: str, n_gen: int, threads: int,
                 k: int) -> dict[str, Any]:
     """llama.cpp's own MTP driver on the same files: drafted, accepted, decode tok/s."""
@@ -113,13 +143,16 @@ def bench(bundle: Path, prompts: list[str], repeat: int, n_gen: int, threads: in
                            "acceptance": rs[0]["acceptance"],
                            "per_position": rs[0]["per_position"],
                            "drafted": statistics.median(r["drafted"] for r in rs)}
-            auto = runs["mtp-auto"][-1]
-            cost, dc = auto["cost"], auto["draft_cost"] or 0.0
+            clean = clean_costs(ctx, prompt, threads, k)
+            cost, dc = clean["cost"], clean["draft_cost"]
             a = rows["mtp"]["per_position"]
             bound = max([1.0, *(speedup_bound(a, j, cost, dc) for j in range(1, len(cost)))]) \
-                if cost and a is not None else None
+                if a is not None else None
+            auto = runs["mtp-auto"][-1]
             entry: dict[str, Any] = {"rows": rows, "cost": cost, "draft_cost": dc,
-                                     "bound": bound}
+                                     "bound": bound, "clean": clean,
+                                     "policy_cost": auto["cost"],
+                                     "policy_draft_cost": auto["draft_cost"]}
             if binary is not None:  # (it stops at an end token: so does this pass)
                 entry["llama.cpp"] = spec_simple(binary, bundle, prompt, n_gen, threads, k)
                 seam = run(ctx, prompt, n_gen, threads, k, {**CONTENDERS["mtp"],
@@ -149,14 +182,17 @@ def render(report: dict[str, Any]) -> str:
                      cell(r["mtp-auto"]["ratio_range"], fmt=".2f"),
                      f"{r['mtp']['acceptance']:.3f}" if r["mtp"]["acceptance"] is not None
                      else "-",
-                     f"{ref['seam_acceptance']:.3f} / {ref['acceptance']:.3f}"
-                     if ref.get("acceptance") is not None else
-                     (str(ref.get("error", "-"))[:20] if ref else "-"),
+                     f"{_num(ref.get('seam_acceptance'))} / {_num(ref.get('acceptance'))}"
+                     if "error" not in ref and ref else str(ref.get("error", "-"))[:20],
                      f"{d['draft_cost']:.2f}" if d["draft_cost"] else "-",
                      f"{d['bound']:.2f}" if d["bound"] else "-",
                      " ".join(f"{c:.2f}" for c in d["cost"]) if d["cost"] else "-"])
     parts += ["", format_table(head, body)]
     return "\n".join(parts)
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
 
 
 def main(argv: list[str] | None = None) -> int:
