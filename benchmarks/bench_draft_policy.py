@@ -22,8 +22,8 @@ and ``ngram-auto`` (the policy, at most that k). Reported: decode tok/s and its 
 so a round's ratio cancels the drift of a shared machine), the per-position acceptance of the
 fixed rounds, the policy's batch cost curve (a forward pass over n tokens relative to one) and
 the bound ``max_k yield(a, k) / cost(k + 1)``
-(:func:`eliza_backends.draft_policy.speedup_bound`); ``auto / bound`` is the share of the bound
-the policy reached. Every greedy run checks that its tokens equal the plain greedy ones.
+(:func:`eliza_backends.runtime.draft_policy.speedup_bound`); ``auto / bound`` is the share of the
+bound the policy reached. Every greedy run checks that its tokens equal the plain greedy ones.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from bench_llamacpp import model_bundle, model_label, paired_ratio
 from harness import cell, emit, format_table, interleave, summarize
 
 from eliza_backends import InferenceContext, open_stream
-from eliza_backends.draft_policy import speedup_bound
+from eliza_backends.runtime.draft_policy import speedup_bound
 
 PARAGRAPH = ("The lighthouse stood on the northern cliff for two hundred years. Every night the "
              "keeper climbed the ninety steps, trimmed the wick and wound the clockwork that "

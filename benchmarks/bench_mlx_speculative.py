@@ -78,7 +78,7 @@ def run_with(ctx: InferenceContext, prompt: list[int], n_gen: int, drafter: str,
     from eliza_mlx.model import shared_weights
 
     from eliza_backends import StreamConfig
-    from eliza_backends.speculative import NgramDrafter
+    from eliza_backends.runtime.speculative import NgramDrafter
 
     loaded = shared_weights(ctx, mlx_folder(ctx))
     cfg = StreamConfig(max_tokens=n_gen, ignore_eos=True, drafter="ngram",

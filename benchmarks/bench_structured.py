@@ -25,7 +25,7 @@ from harness import interleave
 
 from eliza_backends import InferenceContext, open_stream, select
 from eliza_backends.errors import ElizaError
-from eliza_backends.logits import LogitsGuide, OutputSpec
+from eliza_backends.structured.logits import LogitsGuide, OutputSpec
 
 SCHEMA = {"type": "object", "properties": {
     "name": {"type": "string", "maxLength": 24}, "age": {"type": "integer", "minimum": 0,

@@ -9,7 +9,7 @@ import json
 import re
 from typing import Any
 
-from eliza_backends.constraint import Constraint
+from eliza_backends.structured.constraint import Constraint
 
 NAME = {"type": "string", "maxLength": 12}
 

@@ -10,7 +10,7 @@ from conftest import TINY_BUNDLE
 from test_cross_backend import INJECTION, MARKUP, SPECIAL
 
 from eliza_backends import TemplateError, open_stream
-from eliza_backends.chat_tokens import chat_token_ids
+from eliza_backends.prompt.chat_tokens import chat_token_ids
 
 
 def _specials(ids: list[int]) -> list[int]:

@@ -67,8 +67,8 @@ def test_errors_are_one_line_with_exit_code_1(tmp_path: Path) -> None:
     assert out.stderr.startswith("error: ") and "Traceback" not in out.stderr
     out = _cli("select", str(TINY_BUNDLE), env={"ELIZA_LLM_BACKEND": "nope"})
     assert out.returncode == 1 and "not installed" in out.stderr
-    out = _cli("generate", str(TINY_BUNDLE), "hi", "--temperature", "-3")
-    assert out.returncode == 1 and "temperature" in out.stderr
+    out = _cli("generate", str(TINY_BUNDLE), "hi", "--temperature", "-3")  # a bad argument:
+    assert out.returncode == 2 and "temperature" in out.stderr  # usage (issue 32)
     assert _cli("frobnicate").returncode == 2
 
 

@@ -92,7 +92,7 @@ def test_spm_merges_follow_piece_scores() -> None:
 def test_rebuilt_hf_and_sentencepiece_tokenizers_agree() -> None:
     from tokenizers import Tokenizer
 
-    from eliza_backends.sp_tokenizer import SPTokenizer
+    from eliza_backends.prompt.sp_tokenizer import SPTokenizer
 
     facts = _spm_facts()
     hf = Tokenizer.from_str(json.dumps(hf_tokenizer_json(facts)))

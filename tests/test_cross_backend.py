@@ -13,7 +13,7 @@ import pytest
 from conftest import TINY_BUNDLE
 
 from eliza_backends import InvalidArgumentError, explain, open_stream, render_chat
-from eliza_backends.chat_tokens import chat_token_ids
+from eliza_backends.prompt.chat_tokens import chat_token_ids
 
 ORACLE = json.loads((TINY_BUNDLE / "oracle.json").read_text())
 CHAT = next(c for c in ORACLE["prompts"] if c["name"] == "chat_math")

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from eliza_backends import InferenceContext, open_stream
-from eliza_backends.draft_policy import DraftPolicy, expected_yield, speedup_bound
-from eliza_backends.speculative import NgramDrafter, speculate
+from eliza_backends.runtime.draft_policy import DraftPolicy, expected_yield, speedup_bound
+from eliza_backends.runtime.speculative import NgramDrafter, speculate
 
 TINY_BUNDLE = Path(__file__).resolve().parent.parent / "examples" / "bundles" / "tiny"
 ORACLE = json.loads((TINY_BUNDLE / "oracle.json").read_text())

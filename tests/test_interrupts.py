@@ -38,7 +38,8 @@ SRC = ROOT / "src" / "eliza_backends"
 #: Where an injected exception may land: every plugin module, and the core modules that run
 #: inside hooks (the base class's own bookkeeping is covered by the SIGINT deferral).
 TARGETS = (str(ROOT / "plugins"), *(str(SRC / f) for f in (
-    "kv_cursor.py", "speculative.py", "sampling.py", "text.py")))
+    "runtime/kv_cursor.py", "runtime/speculative.py", "runtime/sampling.py",
+    "runtime/text.py")))
 INTERPRETER = {"litert-lm": {"session": "interpreter", "runtime": "interpreter"}}
 COMPILED = {"litert-lm": {"session": "interpreter", "runtime": "compiled"}}
 ENGINE = {"litert-lm": {"session": "engine"}}
@@ -307,7 +308,7 @@ def test_deferral_is_a_no_op_off_the_main_thread_and_for_ignored_sigint() -> Non
     """Nothing changes where Python would not raise KeyboardInterrupt anyway."""
     import threading
 
-    from eliza_backends.interrupts import SigintDeferral
+    from eliza_backends.backend.interrupts import SigintDeferral
 
     flag = threading.Event()
     deferral = SigintDeferral(flag.set)

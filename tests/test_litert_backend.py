@@ -522,7 +522,7 @@ def test_cancel_from_another_thread_during_decode() -> None:
 def test_sampler_is_seeded_and_respects_top_k() -> None:
     import numpy as np
 
-    from eliza_backends.sampling import Sampler
+    from eliza_backends.runtime.sampling import Sampler
 
     logits = np.array([0.0, 5.0, 4.9, -3.0, 4.8], dtype=np.float32)
     assert Sampler(StreamConfig()).sample(logits) == 1

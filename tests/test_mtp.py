@@ -30,7 +30,7 @@ from eliza_backends import (
     UnsupportedOperationError,
     open_stream,
 )
-from eliza_backends.speculative import accept_sampled
+from eliza_backends.backend import accept_sampled
 from eliza_backends.testing import SpeculativeChecks, generated_tokens, run_to_end
 
 

@@ -29,8 +29,8 @@ from eliza_backends import (
     explain,
     open_stream,
 )
+from eliza_backends.backend.native_output import replay
 from eliza_backends.cli import _STREAM_FLAGS, build_parser
-from eliza_backends.native_output import replay
 
 GGUF = TINY_BUNDLE / "text" / "tiny-f16.gguf"
 MLX_DIR = TINY_BUNDLE / "text" / "tiny-mlx"

@@ -19,9 +19,9 @@ from eliza_backends import (
     completion,
     open_stream,
 )
-from eliza_backends.completions import FINISH_REASONS, finish_reason, session_key
 from eliza_backends.config import StreamConfig
-from eliza_backends.openai_types import ChatCompletion, ChatCompletionChunk, Completion
+from eliza_backends.openai.completions import FINISH_REASONS, finish_reason, session_key
+from eliza_backends.openai.types import ChatCompletion, ChatCompletionChunk, Completion
 
 ORACLE = json.loads((TINY_BUNDLE / "oracle.json").read_text())
 PROMPTS = {p["name"]: p for p in ORACLE["prompts"]}
@@ -217,7 +217,7 @@ def test_importing_the_package_does_not_import_the_api_models() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, eliza_backends; print('eliza_backends.openai_types' in sys.modules, "
+    code = ("import sys, eliza_backends; print('eliza_backends.openai.types' in sys.modules, "
             "'starlette' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()

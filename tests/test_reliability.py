@@ -33,7 +33,7 @@ from eliza_backends import (
     load_manifest,
     open_stream,
 )
-from eliza_backends.slots import read_slot
+from eliza_backends.runtime.slots import read_slot
 
 CORPUS = Path(__file__).parent / "corpus"
 ORACLE = json.loads((TINY_BUNDLE / "oracle.json").read_text())

@@ -88,7 +88,7 @@ def test_sampler_distribution_is_the_sorted_chain(filters: dict[str, Any], sprea
     the whole-vocabulary sort's, on a Gemma-sized row (flat and peaked)."""
     import numpy as np
 
-    from eliza_backends.sampling import Sampler
+    from eliza_backends.runtime.sampling import Sampler
 
     rng = np.random.default_rng(3)
     logits = (rng.standard_normal(262_144) * spread).astype(np.float32)

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from eliza_backends import open_stream
-from eliza_backends.speculative import ModelDrafter, NgramDrafter, accept_greedy
+from eliza_backends.runtime.speculative import ModelDrafter, NgramDrafter, accept_greedy
 
 
 def test_ngram_drafter_proposes_what_followed_the_last_match() -> None:
@@ -117,7 +117,7 @@ def _target(seq: list[int]) -> int:
 
 
 def test_speculate_equals_plain_greedy_and_counts_honestly() -> None:
-    from eliza_backends.speculative import speculate
+    from eliza_backends.runtime.speculative import speculate
 
     calls: list[list[int]] = []
 
@@ -140,7 +140,7 @@ def test_speculate_equals_plain_greedy_and_counts_honestly() -> None:
 def test_whole_rounds_end_the_step_instead_of_cutting_a_round() -> None:
     """A default step (whole rounds) never verifies a round cut to fit what is left of it: after
     a round of 4 in a 5-token step it stops at 4, where a sized step cuts a 0-draft round."""
-    from eliza_backends.speculative import speculate
+    from eliza_backends.runtime.speculative import speculate
 
     def run(whole: bool) -> tuple[list[int], list[int]]:
         sizes: list[int] = []
@@ -160,7 +160,7 @@ def test_whole_rounds_end_the_step_instead_of_cutting_a_round() -> None:
 
 def test_speculate_stops_at_an_end_token_and_checks_cancel_each_round() -> None:
     from eliza_backends import CancelledError
-    from eliza_backends.speculative import speculate
+    from eliza_backends.runtime.speculative import speculate
 
     rounds = []
 
@@ -245,7 +245,7 @@ def test_model_drafter_starts_over_when_its_cache_cannot_be_trimmed() -> None:
 
 
 def test_kv_cursor_lazy_by_one_rule() -> None:
-    from eliza_backends.kv_cursor import KVCursor
+    from eliza_backends.runtime.kv_cursor import KVCursor
 
     kv = KVCursor()
     history = [10, 11, 12, 13, 14]

@@ -28,8 +28,8 @@ from eliza_backends import (
     completion,
     open_stream,
 )
-from eliza_backends.constraint import Constraint
-from eliza_backends.logits import OutputSpec
+from eliza_backends.structured.constraint import Constraint
+from eliza_backends.structured.logits import OutputSpec
 
 pytest.importorskip("llguidance")
 
@@ -172,7 +172,7 @@ def test_bad_constraints_are_invalid_arguments() -> None:
 ])
 def test_bad_structured_requests_name_the_field(body: dict[str, Any], param: str,
                                                 needle: str) -> None:
-    from eliza_backends.openai_types import ChatCompletionRequest, RequestError, parse_request
+    from eliza_backends.openai.types import ChatCompletionRequest, RequestError, parse_request
 
     with pytest.raises(RequestError) as info:
         parse_request(ChatCompletionRequest, {"messages": [{"role": "user", "content": "hi"}],

@@ -24,7 +24,7 @@ from structured_cases import cases, check
 
 from eliza_backends import InferenceContext, chat_completion, list_backends, open_stream, select
 from eliza_backends.errors import ElizaError
-from eliza_backends.logits import OutputSpec
+from eliza_backends.structured.logits import OutputSpec
 
 pytest.importorskip("llguidance")
 

@@ -28,7 +28,7 @@ from eliza_backends import (
     open_stream,
     render_chat,
 )
-from eliza_backends.chat import render_bounds
+from eliza_backends.prompt.chat import render_bounds
 
 MSGS = [{"role": "user", "content": "hi"}]
 NESTED = ("{% for a in range(100000) %}{% for b in range(100000) %}{% for c in range(100000) %}"

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eliza_backends import SlotError
-from eliza_backends.slots import read_slot, write_slot
-from eliza_backends.text import TextAssembler, byte_level_pieces
+from eliza_backends.runtime.slots import read_slot, write_slot
+from eliza_backends.runtime.text import TextAssembler, byte_level_pieces
 
 
 def _feed(assembler: TextAssembler, pieces: list[bytes]) -> str:

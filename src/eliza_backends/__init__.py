@@ -12,133 +12,215 @@ Importing this package, listing backends and selecting one never import a heavy 
 
 from __future__ import annotations
 
-from types import ModuleType
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from .errors import (
-    BackendRuntimeError,
-    BackendSelectionError,
-    BundleError,
-    CancelledError,
-    ContextFullError,
-    ElizaError,
-    InvalidArgumentError,
-    PluginError,
-    SessionBusyError,
-    SessionClosedError,
-    SlotError,
-    Status,
-    UnsupportedOperationError,
-)
+if TYPE_CHECKING:  # what the names in _LAZY are, for type checkers (tests/test_public_api.py)
+    from .backend.context import (
+        InferenceContext as InferenceContext,
+    )
+    from .backend.hookspecs import (
+        hookimpl as hookimpl,
+    )
+    from .backend.model_info import (
+        ModelInfo as ModelInfo,
+    )
+    from .backend.session import (
+        Availability as Availability,
+    )
+    from .backend.session import (
+        Capabilities as Capabilities,
+    )
+    from .backend.session import (
+        Decoded as Decoded,
+    )
+    from .backend.session import (
+        Factory as Factory,
+    )
+    from .backend.session import (
+        Session as Session,
+    )
+    from .backend.session import (
+        Step as Step,
+    )
+    from .bundle import (
+        BundleManifest as BundleManifest,
+    )
+    from .bundle import (
+        create_bundle as create_bundle,
+    )
+    from .bundle import (
+        load_manifest as load_manifest,
+    )
+    from .bundle import (
+        verify_bundle as verify_bundle,
+    )
+    from .bundle import (
+        write_manifest as write_manifest,
+    )
+    from .config import (
+        StreamConfig as StreamConfig,
+    )
+    from .config import (
+        StreamOverrides as StreamOverrides,
+    )
+    from .errors import (
+        BackendRuntimeError as BackendRuntimeError,
+    )
+    from .errors import (
+        BackendSelectionError as BackendSelectionError,
+    )
+    from .errors import (
+        BundleError as BundleError,
+    )
+    from .errors import (
+        CancelledError as CancelledError,
+    )
+    from .errors import (
+        ContextFullError as ContextFullError,
+    )
+    from .errors import (
+        ElizaError as ElizaError,
+    )
+    from .errors import (
+        InvalidArgumentError as InvalidArgumentError,
+    )
+    from .errors import (
+        PluginError as PluginError,
+    )
+    from .errors import (
+        SessionBusyError as SessionBusyError,
+    )
+    from .errors import (
+        SessionClosedError as SessionClosedError,
+    )
+    from .errors import (
+        SlotError as SlotError,
+    )
+    from .errors import (
+        Status as Status,
+    )
+    from .errors import (
+        UnsupportedOperationError as UnsupportedOperationError,
+    )
+    from .openai.completions import (
+        chat_completion as chat_completion,
+    )
+    from .openai.completions import (
+        completion as completion,
+    )
+    from .prompt.chat import (
+        RenderLimits as RenderLimits,
+    )
+    from .prompt.chat import (
+        TemplateError as TemplateError,
+    )
+    from .prompt.chat import (
+        TemplateLimitError as TemplateLimitError,
+    )
+    from .prompt.chat import (
+        render_chat as render_chat,
+    )
+    from .registry import (
+        BackendInfo as BackendInfo,
+    )
+    from .registry import (
+        Registry as Registry,
+    )
+    from .registry import (
+        list_backends as list_backends,
+    )
+    from .registry import (
+        plugin_problems as plugin_problems,
+    )
+    from .selector import (
+        SelectionReport as SelectionReport,
+    )
+    from .selector import (
+        explain as explain,
+    )
+    from .selector import (
+        select as select,
+    )
+    from .stream import (
+        Stream as Stream,
+    )
+    from .stream import (
+        StreamMetrics as StreamMetrics,
+    )
+    from .stream import (
+        aopen_stream as aopen_stream,
+    )
+    from .stream import (
+        generate as generate,
+    )
+    from .stream import (
+        generate_chat as generate_chat,
+    )
+    from .stream import (
+        open_stream as open_stream,
+    )
 
-if TYPE_CHECKING:
-    from .backend import Availability, Capabilities, Decoded, Factory, Session, Step
-    from .bundle import BundleManifest, create_bundle, load_manifest, verify_bundle, write_manifest
-    from .chat import RenderLimits, TemplateError, TemplateLimitError, render_chat
-    from .completions import chat_completion, completion
-    from .config import StreamConfig, StreamOverrides
-    from .context import InferenceContext
-    from .hookspecs import hookimpl
-    from .model_info import ModelInfo
-    from .registry import BackendInfo, Registry, list_backends, plugin_problems
-    from .selector import SelectionReport, explain, select
-    from .stream import Stream, StreamMetrics, aopen_stream, generate, generate_chat, open_stream
-
-# Everything but the errors is imported on first use (PEP 562), so ``import eliza_backends``
-# and the command line's ``--help`` cost a few milliseconds; the module named here is imported
-# the first time one of its names is looked up.
+#: The public names, each with the module (relative to this package)
+#: that defines it: the one table. A name is imported on first use (PEP 562), so
+#: ``import eliza_backends`` and the command line's ``--help`` cost a few milliseconds.
 _LAZY: dict[str, str] = {
-    "Availability": "backend",
-    "BackendInfo": "registry",
+    "BackendRuntimeError": "errors",
+    "BackendSelectionError": "errors",
+    "BundleError": "errors",
+    "CancelledError": "errors",
+    "ContextFullError": "errors",
+    "ElizaError": "errors",
+    "InvalidArgumentError": "errors",
+    "PluginError": "errors",
+    "SessionBusyError": "errors",
+    "SessionClosedError": "errors",
+    "SlotError": "errors",
+    "Status": "errors",
+    "UnsupportedOperationError": "errors",
+    "Availability": "backend.session",
+    "Capabilities": "backend.session",
+    "Decoded": "backend.session",
+    "Factory": "backend.session",
+    "Session": "backend.session",
+    "Step": "backend.session",
     "BundleManifest": "bundle",
-    "Capabilities": "backend",
-    "Decoded": "backend",
-    "Factory": "backend",
-    "InferenceContext": "context",
-    "ModelInfo": "model_info",
-    "Registry": "registry",
-    "SelectionReport": "selector",
-    "Session": "backend",
-    "Step": "backend",
-    "Stream": "stream",
-    "StreamConfig": "config",
-    "StreamMetrics": "stream",
-    "StreamOverrides": "config",
-    "RenderLimits": "chat",
-    "TemplateError": "chat",
-    "TemplateLimitError": "chat",
-    "aopen_stream": "stream",
-    "chat_completion": "completions",
-    "completion": "completions",
     "create_bundle": "bundle",
-    "explain": "selector",
-    "generate": "stream",
-    "generate_chat": "stream",
-    "hookimpl": "hookspecs",
-    "list_backends": "registry",
     "load_manifest": "bundle",
-    "open_stream": "stream",
-    "plugin_problems": "registry",
-    "render_chat": "chat",
-    "select": "selector",
     "verify_bundle": "bundle",
     "write_manifest": "bundle",
+    "RenderLimits": "prompt.chat",
+    "TemplateError": "prompt.chat",
+    "TemplateLimitError": "prompt.chat",
+    "render_chat": "prompt.chat",
+    "chat_completion": "openai.completions",
+    "completion": "openai.completions",
+    "StreamConfig": "config",
+    "StreamOverrides": "config",
+    "InferenceContext": "backend.context",
+    "hookimpl": "backend.hookspecs",
+    "ModelInfo": "backend.model_info",
+    "BackendInfo": "registry",
+    "Registry": "registry",
+    "list_backends": "registry",
+    "plugin_problems": "registry",
+    "SelectionReport": "selector",
+    "explain": "selector",
+    "select": "selector",
+    "Stream": "stream",
+    "StreamMetrics": "stream",
+    "aopen_stream": "stream",
+    "generate": "stream",
+    "generate_chat": "stream",
+    "open_stream": "stream",
 }
-
-
-def _submodule(name: str) -> ModuleType:
-    """One of the modules named in ``_LAZY``, imported on first use (each import is static:
-    no module name is computed)."""
-    if name == "backend":
-        from . import backend
-
-        return backend
-    if name == "bundle":
-        from . import bundle
-
-        return bundle
-    if name == "chat":
-        from . import chat
-
-        return chat
-    if name == "completions":  # the OpenAI-shaped API (~20 pydantic models)
-        from . import completions
-
-        return completions
-    if name == "config":
-        from . import config
-
-        return config
-    if name == "context":
-        from . import context
-
-        return context
-    if name == "hookspecs":
-        from . import hookspecs
-
-        return hookspecs
-    if name == "model_info":
-        from . import model_info
-
-        return model_info
-    if name == "registry":
-        from . import registry
-
-        return registry
-    if name == "selector":
-        from . import selector
-
-        return selector
-    from . import stream
-
-    return stream
 
 
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'eliza_backends' has no attribute {name!r}")
-    value = getattr(_submodule(module), name)
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value
 
@@ -149,54 +231,4 @@ def __dir__() -> list[str]:
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Availability",
-    "BackendInfo",
-    "BackendRuntimeError",
-    "BackendSelectionError",
-    "BundleError",
-    "BundleManifest",
-    "CancelledError",
-    "Capabilities",
-    "ContextFullError",
-    "Decoded",
-    "ElizaError",
-    "Factory",
-    "InferenceContext",
-    "InvalidArgumentError",
-    "ModelInfo",
-    "PluginError",
-    "Registry",
-    "RenderLimits",
-    "SelectionReport",
-    "Session",
-    "SessionBusyError",
-    "SessionClosedError",
-    "SlotError",
-    "Status",
-    "Step",
-    "Stream",
-    "StreamConfig",
-    "StreamMetrics",
-    "StreamOverrides",
-    "TemplateError",
-    "TemplateLimitError",
-    "UnsupportedOperationError",
-    "__version__",
-    "aopen_stream",
-    "chat_completion",
-    "completion",
-    "create_bundle",
-    "explain",
-    "generate",
-    "generate_chat",
-    "hookimpl",
-    "list_backends",
-    "load_manifest",
-    "open_stream",
-    "plugin_problems",
-    "render_chat",
-    "select",
-    "verify_bundle",
-    "write_manifest",
-]
+__all__ = sorted(["__version__", *_LAZY])

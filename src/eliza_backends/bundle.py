@@ -33,7 +33,7 @@ from typing import Annotated, Final, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from .config import describe_validation_error
-from .errors import BundleError, Status
+from .errors import BundleError, InvalidArgumentError, Status
 
 MANIFEST_NAME = "manifest.json"
 TEXT_DIR = "text"
@@ -179,13 +179,17 @@ class ArtifactRecord(BaseModel):
         return sum(f.size for f in self.files)
 
 
+#: The longest bundle name a manifest holds (``BundleManifest.name``).
+MAX_NAME = 200
+
+
 class BundleManifest(BaseModel):
     """``<bundle>/manifest.json``: the source of truth for what the bundle ships."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     schema_version: Literal[1] = SCHEMA_VERSION
-    name: str = Field(min_length=1, max_length=200)
+    name: str = Field(min_length=1, max_length=MAX_NAME)
     artifacts: tuple[ArtifactRecord, ...]
 
     def for_backend(self, backend: str, role: ArtifactRole = "model") -> list[ArtifactRecord]:
@@ -251,8 +255,13 @@ def _artifact_files(bundle_root: Path, artifact: Path) -> list[FileRecord]:
 
 
 def _ensure_inside(root: Path, path: Path) -> Path:
-    resolved = path.resolve()
-    if not resolved.is_relative_to(root.resolve()):
+    try:
+        resolved = path.resolve()
+        inside = resolved.is_relative_to(root.resolve())
+    except (OSError, RuntimeError) as exc:  # a symlink loop (RuntimeError before 3.13)
+        raise BundleError(f"{path} cannot be resolved ({exc}); fix or remove that link",
+                          code=Status.ERR_IO) from None
+    if not inside:
         raise BundleError(f"{path} resolves outside the bundle ({resolved}); "
                           "bundles may not link to files elsewhere")
     return resolved
@@ -296,6 +305,14 @@ def scan_artifacts(bundle_dir: str | os.PathLike[str]) -> list[ArtifactRecord]:
     return records
 
 
+def check_bundle_name(name: str) -> None:
+    """Raise :class:`InvalidArgumentError` unless ``name`` fits a manifest (1..200 chars)."""
+    if not isinstance(name, str) or not 1 <= len(name) <= MAX_NAME:
+        size = len(name) if isinstance(name, str) else type(name).__name__
+        raise InvalidArgumentError(f"a bundle name has 1 to {MAX_NAME} characters (got "
+                                   f"{size}); pass a shorter --name")
+
+
 def write_manifest(bundle_dir: str | os.PathLike[str], *,
                    name: str | None = None) -> BundleManifest:
     """Scan ``text/``, hash every artifact file, and write ``manifest.json`` atomically."""
@@ -323,6 +340,8 @@ def create_bundle(
     must be on the same filesystem as ``dest``). Hard links, not symbolic ones: the bundle stays
     self-contained, and :func:`verify_bundle` notices if the shared file changes later."""
     root = Path(dest)
+    if name is not None:
+        check_bundle_name(name)  # before anything is copied
     plan: list[tuple[Path, Path]] = []
     for sources, target_dir in ((artifacts, root / TEXT_DIR),
                                 (drafts, root / TEXT_DIR / DRAFT_DIR)):
@@ -380,7 +399,7 @@ class ImplicitBundle:
     to the artifact (and to the tokenizer files beside it, see :data:`_SIDECARS`). Nothing is
     copied and no manifest is written (there is nothing to verify against). :meth:`close`
     removes the links, never the model. Use it as a context manager, or let
-    :class:`~eliza_backends.context.InferenceContext` own it.
+    :class:`~eliza_backends.backend.context.InferenceContext` own it.
     """
 
     def __init__(self, artifact: str | os.PathLike[str]) -> None:
@@ -466,12 +485,14 @@ def verify_bundle(bundle_dir: str | os.PathLike[str], *, hashes: bool = True) ->
 
 __all__ = [
     "FORMATS",
+    "MAX_NAME",
     "ArtifactFormat",
     "ArtifactRecord",
     "BundleManifest",
     "FileRecord",
     "ImplicitBundle",
     "artifact_format",
+    "check_bundle_name",
     "create_bundle",
     "find_artifacts",
     "is_bundle_dir",

@@ -19,7 +19,9 @@
 BUNDLE is a bundle folder, or a single model artifact (a .gguf / .litertlm / .tflite file, an
 MLX folder), taken as an implicit one-artifact bundle.
 
-Exit codes: 0 ok, 1 an ElizaError (printed as one line), 2 bad usage, 130 interrupted.
+Exit codes: 0 ok, 1 an ElizaError (printed as one line), 2 bad usage (one line too, with
+``ELIZA_ERR_INVALID_ARG``: every argument is checked by :mod:`eliza_backends.cli_args` before
+any model loads), 130 interrupted.
 Generated text goes to stdout as it streams; stats, notices, logs and errors go to stderr.
 ``--json`` prints one JSON document on stdout instead of the text (an error too, as
 ``{"error": {"code": ..., "message": ...}}``, besides the line on stderr).
@@ -37,7 +39,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import ElizaError
+from .cli_args import LOG_LEVELS, Parser, check_args, float_in, int_in
+from .errors import ElizaError, InvalidArgumentError
 
 if TYPE_CHECKING:
     from .stream import Stream
@@ -109,15 +112,15 @@ def _config_from_args(args: argparse.Namespace) -> dict[str, Any]:
             "top_p", "min_p", "repeat_penalty", "seed", "tokens_per_step", "drafter",
             "draft_length", "ignore_eos"]
     cfg = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
-    if args.stop:
+    if getattr(args, "stop", None):
         cfg["stop"] = tuple(args.stop)
-    if args.option:
+    if getattr(args, "option", None):
         options: dict[str, dict[str, Any]] = {}
         for item in args.option:
             name, _, rest = item.partition(":")
             key, eq, value = rest.partition("=")
             if not name or not key or not eq:
-                raise SystemExit(f"--option takes BACKEND:KEY=VALUE, got {item!r}")
+                raise InvalidArgumentError(f"--option takes BACKEND:KEY=VALUE, got {item!r}")
             try:
                 parsed: Any = json.loads(value)
             except ValueError:
@@ -300,10 +303,17 @@ def _stream_reply(stream: Stream, messages: list[dict[str, str]]) -> tuple[str, 
 
 
 def _save_conversation(stream: Stream, messages: list[dict[str, str]], path: str) -> str:
-    """``/save``: the slot (KV state + tokens) at ``path``, the messages beside it."""
+    """``/save``: the slot (KV state + tokens) at ``path``, the messages beside it. The
+    messages file is written first (a path that cannot take it fails before the slot)."""
+    from .errors import SlotError
+
+    try:
+        Path(path + ".messages.json").write_text(json.dumps(messages, indent=1) + "\n",
+                                                 encoding="utf-8")
+    except OSError as exc:
+        raise SlotError(f"cannot write {path}.messages.json ({exc.strerror or exc}); /save "
+                        "takes a file name in a folder you can write to") from None
     stream.save_slot(path)
-    Path(path + ".messages.json").write_text(json.dumps(messages, indent=1) + "\n",
-                                             encoding="utf-8")
     return f"[saved {len(messages)} messages, {stream.session.n_past} tokens to {path}]"
 
 
@@ -313,7 +323,7 @@ def _load_conversation(stream: Stream, path: str) -> tuple[list[dict[str, str]],
 
     try:
         loaded = json.loads(Path(path + ".messages.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # (absurd nesting: RecursionError)
         raise SlotError(f"cannot read {path}.messages.json ({exc}); /load takes a file "
                         "written by /save") from None
     if not isinstance(loaded, list) or not all(
@@ -343,7 +353,7 @@ def _chat_command(stream: Stream, line: str, messages: list[dict[str, str]],
             return messages, _save_conversation(stream, messages, arg)
         if name == "/load":
             return _load_conversation(stream, arg)
-    except ElizaError as exc:
+    except (ElizaError, OSError) as exc:  # the conversation stays as it was
         return messages, f"[{name} failed: {exc}]"
     return messages, f"[unknown command {name}; {CHAT_HELP}]"
 
@@ -518,7 +528,8 @@ def cmd_bundle_convert(args: argparse.Namespace) -> int:
 
     previous = signal.signal(signal.SIGTERM, terminated)
     try:
-        report = convert(args.src, args.out, plan, work_dir=args.work_dir)
+        report = convert(args.src, args.out, plan, work_dir=args.work_dir,
+                         tool_output=args.verbose > 0)
     finally:
         signal.signal(signal.SIGTERM, previous)
     for art in report["artifacts"]:
@@ -628,7 +639,7 @@ def _verbosity_flags(p: argparse.ArgumentParser, *, default: tuple[int, bool] | 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for documentation and tests)."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="eliza-backends", formatter_class=_HelpFormatter,
         description="Select-and-stream LLM inference over llama.cpp, LiteRT and MLX backends.",
         epilog="BUNDLE is a bundle folder or a single model artifact. Generated text goes to "
@@ -680,9 +691,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", action="append", metavar="NAME",
                    help="backend to measure (repeatable; default: every available backend "
                    "that can serve the bundle)")
-    p.add_argument("--prompt-tokens", type=int, default=128, help="prompt length in tokens")
-    p.add_argument("--gen-tokens", type=int, default=128, help="tokens generated per run")
-    p.add_argument("--repeat", type=int, default=3, help="runs per backend, interleaved")
+    p.add_argument("--prompt-tokens", type=int_in(1), default=128,
+                   help="prompt length in tokens")
+    p.add_argument("--gen-tokens", type=int_in(1), default=128, help="tokens generated per run")
+    p.add_argument("--repeat", type=int_in(1), default=3, help="runs per backend, interleaved")
     _stream_flags(p, "--threads", "--context-size", "--draft-length", "--tokens-per-step",
                   backend=False, options=False)
     _json_flag(p)
@@ -691,24 +703,27 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("serve", "an OpenAI-compatible HTTP server (needs the server extra)")
     p.add_argument("bundle", metavar="BUNDLE", help=_BUNDLE_HELP)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    p.add_argument("--port", type=int, default=8000, help="TCP port (0: any free one)")
-    p.add_argument("--sessions", type=int, default=1,
+    p.add_argument("--port", type=int_in(0, 65535), default=8000,
+                   help="TCP port (0: any free one)")
+    p.add_argument("--sessions", type=int_in(1, 1024), default=1,
                    help="concurrent generations over one model load")
-    p.add_argument("--queue", type=int, help="requests that may wait for a session before "
+    p.add_argument("--queue", type=int_in(0), help="requests that may wait for a session before "
                    "the server answers 429 (default: 4 per session)")
     p.add_argument("--model-name", help="the model id clients send (default: the bundle's "
                    "name)")
     _stream_flags(p, "--context-size", "--batch-size")
-    p.add_argument("--threads", type=int, help="compute threads per session (default: the "
-                   "cores divided among the sessions)")
-    p.add_argument("--temperature", type=float, help="default when a request has none "
+    p.add_argument("--threads", type=int_in(1, 1024), help="compute threads per session "
+                   "(default: the cores divided among the sessions)")
+    p.add_argument("--temperature", type=float_in(0.0), help="default when a request has none "
                    "(default: 0)")
     p.add_argument("--seed", type=int, help="default when a request has none (default: 0)")
-    p.add_argument("--grace", type=float, default=10.0, help="seconds running requests get "
-                   "to finish after Ctrl-C")
+    p.add_argument("--grace", type=float_in(0.0, 86400.0), default=10.0,
+                   help="seconds running requests get to finish after Ctrl-C; then their "
+                   "connections are closed")
     p.add_argument("--log-format", choices=["text", "json"], default="text",
                    help="access and server log format")
-    p.add_argument("--log-level", default="info", help="server log level")
+    p.add_argument("--log-level", default="info", choices=LOG_LEVELS, type=str.lower,
+                   help="server log level")
     p.set_defaults(func=cmd_serve, stop=None)
 
     b = command("bundle", "create or verify a model bundle")
@@ -741,15 +756,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="precisions per format (repeatable): gguf f32/f16/bf16/q8_0/q4_0/q4_k, "
                    "mlx f32/f16/bf16/q8/q4, litert fp32/int8, coreml fp32/fp16; default f32/fp32")
     p.add_argument("--prefill-lengths", default="128", help="LiteRT prefill signatures")
-    p.add_argument("--cache-length", type=int, default=1024, help="LiteRT KV cache length")
+    p.add_argument("--cache-length", type=int_in(1), default=1024,
+                   help="LiteRT KV cache length")
     p.add_argument("--litert-tokenizer", choices=["auto", "hf", "sp"], default="auto",
                    help="the .litertlm tokenizer section (auto: SentencePiece for "
                    "SentencePiece vocabularies, else tokenizer.json)")
     p.add_argument("--verify", action="store_true", help="score every artifact against a "
                    "transformers float32 reference; writes parity.json")
     p.add_argument("--name", help="bundle and file name stem (default: from the source)")
-    p.add_argument("--threads", type=int, help="compute threads for quantizing and verifying "
-                   "(default: the backends' choice)")
+    p.add_argument("--threads", type=int_in(1, 1024), help="compute threads for quantizing and "
+                   "verifying (default: the backends' choice)")
     p.add_argument("--work-dir", help="where cached stages live (default: "
                    "$ELIZA_CACHE_DIR/convert or ~/.cache/eliza-backends/convert)")
     p.set_defaults(func=cmd_bundle_convert)
@@ -783,7 +799,12 @@ def _print_json_error(exc: ElizaError) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``eliza-backends`` command."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+        check_args(args, _config_from_args)
+    except InvalidArgumentError as exc:  # bad usage: one line, before any model loads
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     configure_logging(args.verbose, args.quiet)
     try:
         code: int = args.func(args)

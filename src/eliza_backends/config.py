@@ -7,7 +7,10 @@ It is a frozen pydantic model: invalid values raise
 ``StreamConfig.build(config, **changes)`` makes a validated, changed copy.
 
 Sampling defaults to greedy (``temperature=0``): an embedded library should be deterministic
-unless asked not to be.
+unless asked not to be. A temperature below :data:`GREEDY_TEMPERATURE` (1e-5, vLLM's threshold)
+is greedy too: dividing logits by a tinier one overflows (1e-45 and 1e-300 are 0 or denormal as
+a float32) and gives NaN/inf probabilities, i.e. junk tokens, on every runtime. The rule lives
+here once (:attr:`StreamConfig.greedy`), and every backend reads it.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ from pydantic import (
 from .errors import InvalidArgumentError
 
 DrafterKind = Literal["none", "ngram", "model", "mtp"]
+
+#: Temperatures below this decode greedily (argmax), as temperature 0 does.
+GREEDY_TEMPERATURE = 1e-5
 
 
 class StreamConfig(BaseModel):
@@ -50,7 +56,8 @@ class StreamConfig(BaseModel):
     )
     ignore_eos: bool = Field(False, description="Keep generating past end-of-generation tokens.")
 
-    temperature: float = Field(0.0, ge=0.0, le=100.0, description="0 means greedy decoding.")
+    temperature: float = Field(0.0, ge=0.0, le=100.0, description="0 (or anything below "
+                               "GREEDY_TEMPERATURE, 1e-5) means greedy decoding.")
     top_k: int = Field(0, ge=0, description="Keep the k most likely tokens; 0 disables.")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass; 1 disables.")
     min_p: float = Field(0.0, ge=0.0, le=1.0, description="Min prob. relative to top; 0 off.")
@@ -122,7 +129,7 @@ class StreamConfig(BaseModel):
         if len(constraints) > 1:
             raise ValueError(f"set one output constraint, not {' and '.join(constraints)}")
         if constraints:
-            from .logits import OutputSpec
+            from .structured.logits import OutputSpec
 
             try:  # checks the shapes and that the constraint compiles (no vocabulary yet)
                 spec = OutputSpec.from_config(self)
@@ -135,8 +142,9 @@ class StreamConfig(BaseModel):
 
     @property
     def greedy(self) -> bool:
-        """True when sampling reduces to argmax (temperature 0 or top_k 1)."""
-        return self.temperature == 0.0 or self.top_k == 1
+        """True when sampling reduces to argmax: a temperature below
+        :data:`GREEDY_TEMPERATURE` (0 included), or top_k 1."""
+        return self.temperature < GREEDY_TEMPERATURE or self.top_k == 1
 
     @classmethod
     def build(cls, config: StreamConfig | Mapping[str, Any] | None = None,
@@ -197,4 +205,5 @@ def describe_validation_error(exc: ValidationError, what: str) -> str:
     return f"invalid {what}: " + "; ".join(problems)
 
 
-__all__ = ["DrafterKind", "StreamConfig", "StreamOverrides", "describe_validation_error"]
+__all__ = ["GREEDY_TEMPERATURE", "DrafterKind", "StreamConfig", "StreamOverrides",
+           "describe_validation_error"]

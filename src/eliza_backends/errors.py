@@ -61,6 +61,14 @@ class InvalidArgumentError(ElizaError, ValueError):
     default_code = Status.ERR_INVALID_ARG
 
 
+class ConstraintError(InvalidArgumentError):
+    """An output constraint the constraint engine gave up on while generating (a grammar that
+    outgrows its parser limits): the request's fault. The session undoes the step and ends
+    the turn (prefill again); it stays usable."""
+
+    default_code = Status.ERR_INVALID_ARG
+
+
 class ContextFullError(InvalidArgumentError):
     """The tokens would not fit in the session's context window."""
 
@@ -129,6 +137,7 @@ __all__ = [
     "BackendSelectionError",
     "BundleError",
     "CancelledError",
+    "ConstraintError",
     "ContextFullError",
     "ElizaError",
     "InvalidArgumentError",

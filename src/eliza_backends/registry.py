@@ -20,8 +20,8 @@ from typing import Any
 
 import pluggy
 
-from . import hookspecs
-from .backend import Availability, Factory
+from .backend import hookspecs
+from .backend.session import Availability, Factory
 
 PLUGINS_ENV = "ELIZA_BACKENDS_PLUGINS"
 

@@ -17,20 +17,25 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .backend import Session, Step, check_output_support
+from .backend.session import Session, Step, check_output_support
 
 if TYPE_CHECKING:
     import asyncio
 
     from typing_extensions import Unpack  # typing.Unpack from Python 3.11
-from .chat import common_prefix, render_bounds
-from .chat_tokens import chat_token_ids
+from .backend.context import InferenceContext
 from .config import StreamConfig, StreamOverrides
-from .context import InferenceContext
-from .errors import InvalidArgumentError, PluginError, UnsupportedOperationError
-from .logits import OutputSpec
+from .errors import (
+    InvalidArgumentError,
+    PluginError,
+    SessionBusyError,
+    UnsupportedOperationError,
+)
+from .prompt.chat import common_prefix, render_bounds
+from .prompt.chat_tokens import chat_token_ids
 from .registry import Registry, default_registry
 from .selector import KNOWN_BACKENDS, select
+from .structured.logits import OutputSpec
 
 T = TypeVar("T")
 
@@ -97,6 +102,7 @@ class Stream:
         self.metrics = StreamMetrics()
         self._turn_start: float | None = None
         self._closed = False
+        self._generation: object | None = None  # the open completion (see begin_generation)
 
     @property
     def config(self) -> StreamConfig:
@@ -128,8 +134,8 @@ class Stream:
         tokenize the result (no BOS added: templates write their own). Prefills nothing.
         ``tools``: OpenAI tool definitions for a template that renders them.
         Message content is never read as control tokens: ``"<|end|>"`` in a message is text
-        (see :mod:`eliza_backends.chat_tokens`). Rendering is bounded
-        (:class:`~eliza_backends.chat.RenderLimits`) and :meth:`cancel` stops it with
+        (see :mod:`eliza_backends.prompt.chat_tokens`). Rendering is bounded
+        (:class:`~eliza_backends.prompt.chat.RenderLimits`) and :meth:`cancel` stops it with
         :class:`CancelledError`.
         """
         session = self.session
@@ -274,6 +280,31 @@ class Stream:
     def text(self) -> str:
         """Run to the end of the stream and return all generated text."""
         return "".join(step.text for step in self)
+
+    def begin_generation(self, owner: object) -> None:
+        """Mark a completion (``owner``: its :class:`~eliza_backends.completions.Generation`)
+        as the one generating on this stream until :meth:`end_generation`. A second one while
+        the first is open (a paused streamed completion, then another completion on the same
+        stream, from any thread) raises :class:`SessionBusyError`: the two would interleave
+        on one sequence and each would continue the other's text."""
+        current = self._generation
+        if current is not None and current is not owner:
+            raise SessionBusyError(
+                "another completion is still open on this Stream (a streamed completion that "
+                "was not read to its end?): finish it or close() its iterator first, or give "
+                "each completion its own stream")
+        self._generation = owner
+
+    def end_generation(self, owner: object | None = None) -> None:
+        """The completion ``owner`` is over (None: whichever is open, e.g. abandoned)."""
+        if owner is None or self._generation is owner:
+            self._generation = None
+
+    def check_generation(self, owner: object) -> None:
+        """Raise :class:`SessionBusyError` unless ``owner`` is the open completion."""
+        if self._generation is not owner:
+            raise SessionBusyError("this completion is no longer the one open on its Stream "
+                                   "(it was ended, or another one took the stream over)")
 
     def cancel(self) -> None:
         """Stop the running or next step with :class:`CancelledError` (any thread)."""

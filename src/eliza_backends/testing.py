@@ -43,12 +43,9 @@ from typing import Any, ClassVar
 
 import pytest
 
-from .backend import Capabilities, Factory, Session, Step
-from .chat import render_chat
-from .chat_tokens import chat_token_ids
+from .backend.context import InferenceContext
+from .backend.session import Capabilities, Factory, Session, Step
 from .config import StreamConfig
-from .constraint import Constraint
-from .context import InferenceContext
 from .errors import (
     BundleError,
     CancelledError,
@@ -59,6 +56,9 @@ from .errors import (
     SlotError,
     UnsupportedOperationError,
 )
+from .prompt.chat import render_chat
+from .prompt.chat_tokens import chat_token_ids
+from .structured.constraint import Constraint
 
 
 def run_to_end(session: Session, max_steps: int = 100_000, step_tokens: int | None = None
@@ -673,7 +673,7 @@ class LogitsChecks(KitFixtures):
     def test_without_logits_constraints_are_refused(self, session: Session) -> None:
         if session.capabilities.logits:
             pytest.skip("capabilities.logits is True")
-        from .logits import OutputSpec
+        from .structured.logits import OutputSpec
 
         with pytest.raises(UnsupportedOperationError):
             session.set_output(OutputSpec(Constraint.regex("[a-z]+")))
@@ -739,7 +739,7 @@ class LogitsChecks(KitFixtures):
             assert all(st.logprobs is None for st in run_to_end(plain))
 
     def test_set_output_per_turn(self, open_session: Any, prompt: list[int]) -> None:
-        from .logits import OutputSpec
+        from .structured.logits import OutputSpec
 
         with open_session(max_tokens=48) as s:
             self._needs_logits(s)

@@ -171,7 +171,7 @@ def test_rebuilt_tokenizers_tokenize_like_llama_cpp(model: str,
                                                     request: pytest.FixtureRequest) -> None:
     import llama_cpp
 
-    from eliza_backends.hf_tokenizer import HFTokenizer
+    from eliza_backends.prompt.hf_tokenizer import HFTokenizer
 
     bundle: Path = request.getfixturevalue(model)
     source: Path = request.getfixturevalue(f"{model}_source")
@@ -181,7 +181,7 @@ def test_rebuilt_tokenizers_tokenize_like_llama_cpp(model: str,
     if model == "gemma3":
         from eliza_litert.container import read_container
 
-        from eliza_backends.sp_tokenizer import SPTokenizer
+        from eliza_backends.prompt.sp_tokenizer import SPTokenizer
 
         lm = next(p for p in (bundle / "text").iterdir() if p.suffix == ".litertlm")
         sp = read_container(lm).sp_tokenizer_model()

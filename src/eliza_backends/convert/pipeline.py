@@ -51,8 +51,8 @@ _TOOLS = {"gguf": "gguf", "mlx": "mlx", "litert": "litert", "coreml": "coreml"}
 
 def default_cache_dir() -> Path:
     """``$ELIZA_CACHE_DIR`` or ``$XDG_CACHE_HOME/eliza-backends`` (``~/.cache/...``): the one
-    cache root of :func:`eliza_backends.slots.cache_dir`."""
-    from ..slots import cache_dir
+    cache root of :func:`eliza_backends.runtime.slots.cache_dir`."""
+    from ..runtime.slots import cache_dir
 
     return cache_dir()
 
@@ -164,9 +164,11 @@ def llamacpp_token_facts(gguf_path: Path) -> tuple[tuple[int, ...], bool]:
 
 def convert(src: str | os.PathLike[str], out: str | os.PathLike[str], plan: ConvertPlan, *,
             work_dir: str | os.PathLike[str] | None = None,
-            log: TextIO | None = sys.stderr) -> dict[str, Any]:
+            log: TextIO | None = sys.stderr, tool_output: bool = False) -> dict[str, Any]:
     """Convert ``src`` (a ``.gguf`` file or a Hugging Face checkpoint folder) into the bundle
-    ``out``; returns the conversion report (also written to ``out/convert.json``)."""
+    ``out``; returns the conversion report (also written to ``out/convert.json``).
+    ``log`` gets one line per stage; the tools' own output (progress bars, warnings) goes to
+    each stage's ``tools.log`` unless ``tool_output``."""
     source = Path(src)
     from_hf = source.is_dir()
     if from_hf and not (source / "config.json").is_file():
@@ -191,7 +193,8 @@ def convert(src: str | os.PathLike[str], out: str | os.PathLike[str], plan: Conv
     # (the cached stages make it resume); the finished report replaces this one
     root.mkdir(parents=True, exist_ok=True)
     (root / "convert.json").write_text(json.dumps({"status": "in progress"}) + "\n")
-    runner = StageRunner(Path(work_dir) if work_dir else default_cache_dir() / "convert", log)
+    runner = StageRunner(Path(work_dir) if work_dir else default_cache_dir() / "convert", log,
+                         tool_output=tool_output)
     versions = toolchain.versions()
     code = toolchain.code_hash("gguf_source", "hf_source", "hf_checkpoint", "tokenizer_build",
                                "float32_pass", "gguf_writer", "tokenizer_check")

@@ -4,16 +4,23 @@ A stage's key is the sha256 of its name, its parameters and its inputs' keys (a 
 sha256, an earlier stage's key, tool versions, the converter's own code). Its outputs live in
 ``<work>/<name>-<key[:16]>/``; a ``.done`` file written last marks them complete, so a rerun
 (or a run after a crash) skips every stage that finished and resumes at the first that did not.
+
+The tools a stage runs in this process (transformers, coremltools, gguf, torch) print progress
+bars and warnings to stdout/stderr; while a stage builds, file descriptors 1 and 2 go to the
+stage's ``tools.log`` instead, so the terminal shows the stage lines only (``-v``:
+``tool_output=True`` lets the tools print). A stage that fails shows the log's last lines.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -40,18 +47,55 @@ class StageRecord:
 
 @dataclass
 class StageRunner:
-    """Runs stages under ``work_dir`` and prints one progress line per stage to ``log``."""
+    """Runs stages under ``work_dir`` and prints one progress line per stage to ``log``.
+    ``tool_output``: let the tools a stage runs print to the terminal (else: ``tools.log``)."""
 
     work_dir: Path
     log: TextIO | None = sys.stderr
     records: list[StageRecord] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
+    tool_output: bool = False
+    _terminal: TextIO | None = None  # the real fd 2 while a stage's tools are captured
 
     def say(self, message: str) -> None:
-        """One progress line, prefixed with the elapsed time of the whole conversion."""
-        if self.log is not None:
+        """One progress line, prefixed with the elapsed time of the whole conversion (on the
+        terminal, also from inside a stage whose tools are captured)."""
+        log = self.log
+        if log is not None and self._terminal is not None and _is_fd(log, 2):
+            log = self._terminal
+        if log is not None:
             elapsed = time.monotonic() - self.started
-            print(f"[{elapsed:7.1f}s] {message}", file=self.log, flush=True)
+            print(f"[{elapsed:7.1f}s] {message}", file=log, flush=True)
+
+    @contextlib.contextmanager
+    def _tools_to(self, path: Path) -> Iterator[None]:
+        """fd 1 and fd 2 into ``path`` while the block runs (unless ``tool_output``)."""
+        if self.tool_output or self._terminal is not None:
+            yield
+            return
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(ValueError, OSError):
+                stream.flush()
+        saved = (os.dup(1), os.dup(2))
+        try:
+            with open(path, "ab") as sink:
+                os.dup2(sink.fileno(), 1)
+                os.dup2(sink.fileno(), 2)
+            self._terminal = open(saved[1], "w", closefd=False, encoding="utf-8",  # noqa: SIM115
+                                  errors="replace")
+            # Python-level writers too (sys.stdout may not be fd 1: an embedding app, pytest)
+            with open(path, "a", encoding="utf-8", errors="replace", buffering=1) as text, \
+                    contextlib.redirect_stdout(text), contextlib.redirect_stderr(text):
+                yield
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(ValueError, OSError):
+                    stream.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+            self._terminal = None
 
     def run(self, name: str, key_parts: tuple[Any, ...],
             build: Callable[[Path], None]) -> StageRecord:
@@ -67,10 +111,13 @@ class StageRunner:
             out.mkdir(parents=True)
             self.say(f"{name}: started")
             t0 = time.monotonic()
+            tools_log = out / "tools.log"
             try:
-                build(out)
+                with self._tools_to(tools_log):
+                    build(out)
             except BaseException:
                 self.say(f"{name}: failed after {time.monotonic() - t0:.1f}s")
+                self._show_tail(tools_log)
                 raise
             seconds = time.monotonic() - t0
             (out / _DONE).write_text(json.dumps({"key": key, "seconds": seconds}) + "\n")
@@ -79,10 +126,28 @@ class StageRunner:
         self.records.append(rec)
         return rec
 
+    def _show_tail(self, path: Path, lines: int = 15) -> None:
+        """The last lines the tools printed (after a failure), and where the rest is."""
+        try:
+            tail = path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
+        except OSError:
+            return
+        if tail and self.log is not None:
+            print("\n".join(["  " + line[-300:] for line in tail]
+                            + [f"  (the tools' whole output: {path})"]),
+                  file=self.log, flush=True)
+
     def summary(self) -> list[dict[str, Any]]:
         """The records as JSON-ready dicts (for the conversion report)."""
         return [{"stage": r.name, "key": r.key, "cached": r.cached,
                  "seconds": round(r.seconds, 2)} for r in self.records]
+
+
+def _is_fd(stream: TextIO, fd: int) -> bool:
+    try:
+        return stream.fileno() == fd
+    except (AttributeError, ValueError, OSError):
+        return False
 
 
 def stage_seconds(directory: Path) -> float | None:

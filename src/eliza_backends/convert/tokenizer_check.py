@@ -26,9 +26,9 @@ def check_tokenizers(gguf_path: Path, hf_dir: Path) -> dict[str, Any]:
     the first difference."""
     import llama_cpp
 
-    from ..hf_tokenizer import HFTokenizer
-    from ..sp_tokenizer import SPTokenizer
-    from ..tokenizer import Tokenizer
+    from ..prompt.hf_tokenizer import HFTokenizer
+    from ..prompt.sp_tokenizer import SPTokenizer
+    from ..prompt.tokenizer import Tokenizer
 
     llm = llama_cpp.Llama(model_path=str(gguf_path), vocab_only=True, verbose=False)
     found: dict[str, Tokenizer] = {"tokenizer.json": HFTokenizer.from_file(

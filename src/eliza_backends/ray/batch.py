@@ -48,7 +48,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..completions import (
+from ..backend.context import InferenceContext
+from ..config import StreamConfig
+from ..errors import ElizaError, InvalidArgumentError
+from ..openai.completions import (
     chat_completion,
     completion,
     model_name,
@@ -56,10 +59,7 @@ from ..completions import (
     session_config,
     session_key,
 )
-from ..config import StreamConfig
-from ..context import InferenceContext
-from ..errors import ElizaError, InvalidArgumentError
-from ..openai_types import (
+from ..openai.types import (
     ChatChoice,
     ChatCompletion,
     ChatCompletionRequest,

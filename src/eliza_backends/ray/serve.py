@@ -41,8 +41,8 @@ from ray import serve
 from ray.serve import Application
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..completions import model_name
 from ..config import StreamConfig
+from ..openai.completions import model_name
 from ..server.app import create_app
 from ..server.pool import SessionPool
 from .resources import worker_config

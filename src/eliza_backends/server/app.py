@@ -42,8 +42,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..chat import render_chat
-from ..completions import (
+from ..errors import CancelledError, ContextFullError, ElizaError, UnsupportedOperationError
+from ..openai.completions import (
     Generation,
     Responder,
     generation_for,
@@ -51,8 +51,7 @@ from ..completions import (
     session_config,
     usage_of,
 )
-from ..errors import CancelledError, ContextFullError, ElizaError, UnsupportedOperationError
-from ..openai_types import (
+from ..openai.types import (
     ChatCompletionRequest,
     CompletionRequest,
     ErrorDetail,
@@ -62,6 +61,7 @@ from ..openai_types import (
     RequestError,
     parse_request,
 )
+from ..prompt.chat import render_chat
 from ..stream import Stream
 from .pool import Lease, PoolClosedError, PoolFullError, SessionPool
 
@@ -216,7 +216,7 @@ class OpenAIServer:
 
     # ------------------------------------------------------------------ completions
 
-    async def _body(self, request: Request) -> Any:
+    async def _body(self, request: Request) -> bytes:
         length = request.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body:
             raise ApiError(413, f"the request body is {length} bytes; the limit is "
@@ -227,11 +227,7 @@ class OpenAIServer:
             if len(body) > self.max_body:
                 raise ApiError(413, f"the request body is over the limit of {self.max_body} "
                                "bytes")
-        try:
-            return json.loads(body)
-        except ValueError as exc:
-            raise ApiError(400, f"the request body is not valid JSON ({exc}); send a JSON "
-                           "object with Content-Type: application/json") from None
+        return bytes(body)  # decoded and validated by parse_request
 
     async def chat_completions(self, request: Request) -> Response:
         try:

@@ -18,7 +18,7 @@ session does runs on its slot's thread, and the event loop only awaits the resul
   hint: :meth:`Stream.prefill_reusing` computes the exact token prefix to keep.
 * **Settings.** Sampling settings are baked into a session when it opens, so a request with
   other settings than its slot's reopens that slot's session (on the same context: no reload).
-  Budget and stop strings are per request (:class:`~eliza_backends.completions.Generation`).
+  Budget and stop strings are per request (:class:`~eliza_backends.openai.completions.Generation`).
 * **Cancel.** :meth:`Lease.cancel` stops the running step (``Session.cancel`` from the event
   loop); releasing a lease settles the slot on its thread first (a cancelled session is
   rewound with ``reset_keep``, keeping its valid prefix; a session that failed in the runtime is
@@ -41,10 +41,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ..completions import serving_config, session_key
+from ..backend.context import InferenceContext
 from ..config import StreamConfig
-from ..context import InferenceContext
 from ..errors import CancelledError, ElizaError, InvalidArgumentError, Status
+from ..openai.completions import serving_config, session_key
 from ..stream import Stream, open_stream
 
 T = TypeVar("T")
@@ -387,6 +387,7 @@ class Lease:
                     assert slot.config is not None
                     pool._open_slot(slot, slot.config)
                 else:
+                    stream.end_generation()  # the lease's completion is over, however it ended
                     if stream.session.cancelled:
                         stream.reset_keep(stream.session.n_past)
                     slot.text = text if stream.session.n_past else ""

@@ -9,8 +9,9 @@ is, which backend serves which model, and how many sessions::
 uvicorn runs the Starlette app on that socket (``--port 0`` picks a free port; the line names
 it). Ctrl-C (or SIGTERM) shuts down gracefully: no new requests (503), running generations get
 ``grace`` seconds to finish, then are stopped at their next step and their streams end with an
-error event; the sessions and the model are freed and the process exits 0. A second Ctrl-C
-stops at once.
+error event; a connection still open ``grace`` + 1 s after the signal (a client that stopped
+reading) is dropped. The sessions and the model are freed and the process exits 0. A second
+Ctrl-C stops at once.
 
 Logging goes through :mod:`logging` to stderr: one access record per request on
 ``eliza_backends.server.access`` (``--log-format json`` writes each record as one JSON object,
@@ -23,6 +24,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import os
 import signal
 import socket
@@ -34,12 +36,17 @@ from typing import IO, Any, Literal
 
 import uvicorn
 
-from ..completions import model_name
 from ..config import StreamConfig
+from ..openai.completions import model_name
 from .app import create_app
 from .pool import SessionPool
 
 LogFormat = Literal["text", "json"]
+
+#: Seconds after ``grace`` that a shutdown waits for connections to take their last events
+#: (rounded up to whole seconds, as uvicorn takes them); then uvicorn cancels what still runs
+#: (a client that stopped reading holds its connection forever otherwise).
+SHUTDOWN_MARGIN = 1.0
 
 
 class JsonLogFormatter(logging.Formatter):
@@ -158,7 +165,7 @@ def serve(bundle: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int 
                     f"queue {pool.max_queue}; Ctrl-C to stop")
         uv_config = uvicorn.Config(create_app(pool, model=name), log_config=None,
                                    access_log=False, lifespan="off", ws="none",
-                                   timeout_graceful_shutdown=None)
+                                   timeout_graceful_shutdown=math.ceil(grace + SHUTDOWN_MARGIN))
         server = _Server(uv_config, pool, grace, announce, out)
         server.run(sockets=[sock])
     finally:

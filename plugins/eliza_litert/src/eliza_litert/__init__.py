@@ -22,9 +22,6 @@ import importlib.util
 import logging
 import os
 from collections.abc import Mapping
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from eliza_backends import (
     Availability,
@@ -37,9 +34,14 @@ from eliza_backends import (
     StreamConfig,
     hookimpl,
 )
-from eliza_backends.native_output import native_stderr_to_logging, quiet_by_default
+from eliza_backends.backend import (
+    native_exit_to_logging,
+    native_stderr_to_logging,
+    quiet_by_default,
+)
 
-from .ladder import ACCELERATOR_ENV, LADDER, RUNG_NAMES, LadderResult, real_host, resolve
+from .ladder import ACCELERATOR_ENV, LADDER, LadderResult, real_host, resolve
+from .options import LiteRTOptions
 
 #: LiteRT's own log lines (captured from fd 2 around loads); ERROR unless the
 #: application sets a level (``eliza-backends -v`` shows INFO).
@@ -55,31 +57,6 @@ CPU_EVIDENCE = ("measured decode on x86_64 CPU: LiteRT 0.33-0.58x llama.cpp's to
                 "llama at 1-2 threads (benchmarks/bench_litert_realistic.py)")
 #: Rank on the CPU rung: below llama.cpp (0), because LiteRT measured slower there.
 CPU_RANK = -10
-
-
-class LiteRTOptions(BaseModel):
-    """``StreamConfig.options["litert-lm"]``."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    session: Literal["auto", "interpreter", "engine"] = Field(
-        "auto", description="interpreter (token-exact), engine (litert_lm.Engine), or auto: "
-        "interpreter on the CPU rung, engine on an NPU/GPU rung.")
-    runtime: Literal["interpreter", "compiled"] = Field(
-        "compiled", description="Token-exact session runtime: the ai-edge-litert CompiledModel "
-        "(KV cache in TensorBuffers updated in place; runs on the ladder's rung; the default, "
-        "measured 1.3-1.5x faster here) or the Interpreter (KV cache in numpy, copied through "
-        "each call; CPU).")
-    artifact: str | None = Field(None, description="File name under text/ (default: first "
-                                 ".litertlm, else first .tflite).")
-    accelerator: str | None = Field(
-        None, description=f"Force a ladder rung ({', '.join(RUNG_NAMES)}); overrides "
-        f"{ACCELERATOR_ENV}. Absent = loud error.")
-    cache_dir: str | None = Field(
-        None, description="Cache dir (must exist): the engine's caches; for the token-exact "
-        "session the .litertlm's TFLite section (copied out to be memory-mapped) and XNNPACK's "
-        "packed weights (compiled runtime), reused by later loads. Default: a temporary dir "
-        "owned by the inference context.")
 
 
 def _dist_version(name: str) -> str | None:
@@ -179,7 +156,9 @@ class LiteRTFactory(Factory):
                 f"({ladder.summary()})")
 
     def open(self, context: InferenceContext, config: StreamConfig) -> Session:
-        # LiteRT writes its load-time log lines to fd 2 itself: route them into logging
+        # LiteRT writes its load-time log lines to fd 2 itself: route them into logging (and
+        # the ones it writes when the process exits: DestroyAccelerator ...)
+        native_exit_to_logging(NATIVE_LOG)
         with native_stderr_to_logging(NATIVE_LOG):
             return self._open(context, config)
 

@@ -28,9 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eliza_backends import BundleError
-from eliza_backends.hf_tokenizer import HFTokenizer
-from eliza_backends.sp_tokenizer import SPTokenizer
-from eliza_backends.tokenizer import Tokenizer
+from eliza_backends.backend import HFTokenizer, SPTokenizer, Tokenizer
 
 from .tflite_check import check_tflite_buffer
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -52,11 +53,11 @@ from eliza_backends import (
     StreamConfig,
     UnsupportedOperationError,
 )
-from eliza_backends.tokenizer import Tokenizer
+from eliza_backends.backend import Tokenizer
 
-from . import LiteRTOptions
 from .container import container_tokenizer, read_container
 from .ladder import Rung
+from .options import LiteRTOptions
 
 
 @dataclass
@@ -137,8 +138,12 @@ def load_engine(path: Path, rung: Rung, threads: int | None, cache_dir: str | No
 
 
 def close_engine(loaded: LoadedEngine) -> None:
-    """Free the engine and remove the temporary cache dir it owns."""
-    loaded.engine.close()
+    """Free the engine (its log lines routed into logging) and remove the temporary cache
+    dir it owns."""
+    from eliza_backends.backend import native_stderr_to_logging
+
+    with native_stderr_to_logging(logging.getLogger("eliza_litert.native")):
+        loaded.engine.close()
     if loaded.owns_cache_dir:
         shutil.rmtree(loaded.cache_dir, ignore_errors=True)
 

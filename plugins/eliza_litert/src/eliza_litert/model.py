@@ -11,6 +11,7 @@ thread-safe: every invoke holds :attr:`LoadedModel.lock`.
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 import os
 import threading
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ import numpy as np
 from ai_edge_litert.interpreter import Interpreter  # type: ignore[import-untyped]
 
 from eliza_backends import BundleError, InferenceContext, ModelInfo
-from eliza_backends.tokenizer import Tokenizer, find_tokenizer, load_tokenizer, tokenizer_facts
+from eliza_backends.backend import Tokenizer, find_tokenizer, load_tokenizer, tokenizer_facts
 
 from .container import Container, LlmMetadata, check_tflite, container_tokenizer, read_container
 from .model_files import ModelFiles, model_files
@@ -51,7 +52,7 @@ def _find_tokenizer(path: Path, container: Container | None) -> tuple[Tokenizer,
     """The tokenizer and the folder of its Hugging Face files (None when embedded): the
     container's own HF or SentencePiece section, else (for a bare ``.tflite``) the sibling
     ``.litertlm``'s, else the bundle's tokenizer file
-    (:func:`~eliza_backends.tokenizer.find_tokenizer`)."""
+    (:func:`~eliza_backends.prompt.tokenizer.find_tokenizer`)."""
     if container is not None and (tok := container_tokenizer(container)) is not None:
         return tok, None
     sibling = path.parent / f"{path.stem}.litertlm"
@@ -71,7 +72,7 @@ def _find_tokenizer(path: Path, container: Container | None) -> tuple[Tokenizer,
 def _model_info(path: Path, tok: Tokenizer, folder: Path | None, meta: LlmMetadata,
                 vocab: int) -> ModelInfo:
     """The container's start/stop tokens and template win; a bare .tflite takes the
-    tokenizer's own facts (:func:`~eliza_backends.tokenizer.tokenizer_facts`)."""
+    tokenizer's own facts (:func:`~eliza_backends.prompt.tokenizer.tokenizer_facts`)."""
     facts = tokenizer_facts(tok, folder, vocab)
     bos: int | None = meta.start_token_ids[0] if meta.start_token_ids else None
     if bos is None and meta.start_token_str:
@@ -192,9 +193,16 @@ def _build(path: Path, files: ModelFiles, tok: Tokenizer, folder: Path | None,
 
 
 def close_model(model: LoadedModel) -> None:
-    """Drop the runtime and remove the temporary files the model owns."""
-    model.interpreter = model.decode = None
-    model.prefill = {}
+    """Drop the runtime and remove the temporary files the model owns. The runtime is freed
+    here (a collection finds its reference cycles), its log lines routed into logging."""
+    import gc
+
+    from eliza_backends.backend import native_stderr_to_logging
+
+    with native_stderr_to_logging(logging.getLogger("eliza_litert.native")):
+        model.interpreter = model.decode = None
+        model.prefill = {}
+        gc.collect()
     model.files.remove()
 
 

@@ -13,13 +13,13 @@ tokens, which the causal mask hides until real tokens overwrite them. For the sa
 ``reset_keep(n)`` is O(1): positions >= n are simply overwritten later.
 
 Decoding is lazy by one token, like the llama.cpp session (the core's
-:class:`~eliza_backends.kv_cursor.KVCursor`): the sampled token is fed to ``decode`` at the
+:class:`~eliza_backends.runtime.kv_cursor.KVCursor`): the sampled token is fed to ``decode`` at the
 start of the next step, so the first token after a prefill is sampled from the prefill's logits.
 
 Speculative decoding (``drafter="ngram"``, greedy only) runs the core's loop
-(:func:`~eliza_backends.speculative.speculate`); this session's verify step goes through
+(:func:`~eliza_backends.runtime.speculative.speculate`); this session's verify step goes through
 ``decode`` one position at a time, stopping at the first disagreement
-(:func:`~eliza_backends.speculative.accept_greedy` asks for the target's token after
+(:func:`~eliza_backends.runtime.speculative.accept_greedy` asks for the target's token after
 ``[last, d1..di]`` only once ``d1..d(i-1)`` agreed, so only accepted drafts are ever written
 into the KV cache and a rejection needs no rollback). The litert-torch export's ``prefill_<N>``
 signatures return no logits and its ``decode`` takes one token, so there is no batched
@@ -48,9 +48,7 @@ from eliza_backends import (
     SlotError,
     StreamConfig,
 )
-from eliza_backends.kv_cursor import KVCursor
-from eliza_backends.sampling import Sampler
-from eliza_backends.speculative import Drafter, accept_greedy
+from eliza_backends.backend import Drafter, KVCursor, Sampler, accept_greedy
 
 from .kv_store import BufferKV, NumpyKV, run
 from .ladder import Rung

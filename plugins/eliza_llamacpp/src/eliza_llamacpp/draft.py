@@ -1,6 +1,6 @@
 """A smaller GGUF from the bundle's ``text/draft/`` as a speculative drafter.
 
-The draft model runs in its own ``llama_context``; :class:`~eliza_backends.speculative.
+The draft model runs in its own ``llama_context``; :class:`~eliza_backends.runtime.speculative.
 ModelDrafter` keeps its KV cache in step with the target sequence (drop what diverged, feed
 what is new, draft ``k`` tokens greedily); this module supplies the llama.cpp calls.
 """
@@ -13,10 +13,10 @@ from typing import Any
 import llama_cpp as lc
 
 from eliza_backends import BackendRuntimeError, StreamConfig
-from eliza_backends.speculative import ModelDrafter
+from eliza_backends.backend import ModelDrafter
 
-from . import LlamaCppOptions
 from .model import LoadedModel, fill_batch, new_context, one_token_batch
+from .options import LlamaCppOptions
 
 
 class DraftModel(ModelDrafter):

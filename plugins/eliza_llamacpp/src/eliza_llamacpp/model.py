@@ -28,10 +28,11 @@ from eliza_backends import (
     SessionClosedError,
     StreamConfig,
 )
-from eliza_backends.speculative import Drafter
+from eliza_backends.backend import Drafter
 
-from . import LlamaCppOptions, model_checks, native_guard
+from . import model_checks, native_guard
 from .gguf_header import check_gguf
+from .options import LlamaCppOptions
 
 log = logging.getLogger("eliza_llamacpp.native")
 if log.level == logging.NOTSET:  # llama.cpp is chatty: errors only, unless the app says otherwise

@@ -29,8 +29,9 @@ import numpy as np
 
 from eliza_backends import BackendRuntimeError, BundleError, StreamConfig
 
-from . import MTP_ARCHITECTURES, LlamaCppOptions
+from . import MTP_ARCHITECTURES
 from .model import LoadedModel, Outputs, architecture, new_context
+from .options import LlamaCppOptions
 
 
 class MtpDrafter:

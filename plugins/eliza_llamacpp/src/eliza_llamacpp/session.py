@@ -10,9 +10,9 @@ the sampler chain builds a candidate array of the whole vocabulary per token, me
 0.45 ms a token on SmolLM2's 49k vocabulary and 2.7 ms on Gemma 3's 262k (argmax: 0.01-0.15 ms;
 benchmarks/bench_llamacpp.py shows the effect).
 
-Decoding is lazy by one token (:class:`~eliza_backends.kv_cursor.KVCursor`): the last sampled
-token is fed to the model at the start of the next step, so a step of n tokens costs n samples
-and n decodes, and the first token after a prefill is sampled straight from the prefill's
+Decoding is lazy by one token (:class:`~eliza_backends.runtime.kv_cursor.KVCursor`): the last
+sampled token is fed to the model at the start of the next step, so a step of n tokens costs n
+samples and n decodes, and the first token after a prefill is sampled straight from the prefill's
 logits (no extra decode before it). With a drafter, the core's speculative loop drafts and this
 session verifies ``[pending, d1..dk]`` in one batched ``llama_decode``.
 """
@@ -36,11 +36,8 @@ from eliza_backends import (
     SlotError,
     StreamConfig,
 )
-from eliza_backends.kv_cursor import KVCursor
-from eliza_backends.sampling import Sampler
-from eliza_backends.speculative import Drafter, accept_greedy, accept_sampled
+from eliza_backends.backend import Drafter, KVCursor, Sampler, accept_greedy, accept_sampled
 
-from . import LlamaCppOptions
 from .model import (
     LoadedModel,
     Outputs,
@@ -49,6 +46,7 @@ from .model import (
     new_context,
     one_token_batch,
 )
+from .options import LlamaCppOptions
 
 _DECODE_ABORTED = 2
 

@@ -15,9 +15,6 @@ from __future__ import annotations
 import os
 import sys
 from functools import cached_property
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from eliza_backends import (
     Availability,
@@ -31,9 +28,9 @@ from eliza_backends import (
     StreamConfig,
     hookimpl,
 )
-from eliza_backends.bundle import find_artifacts
-from eliza_backends.speculative import Drafter
+from eliza_backends.backend import Drafter, find_artifacts
 
+from .options import MLXOptions
 from .probe import coreml_status, mlx_status
 
 __version__ = "0.1.0"
@@ -48,21 +45,6 @@ RANK_METAL = 10
 #: than mlx-lm CPU on the tiny bundle and 14x faster on a 0.85 B-shape fp16/F16 llama (7.0 vs
 #: 0.5 tok/s), with 6-16x shorter time to first token.
 RANK_CPU = -10
-
-
-class MLXOptions(BaseModel):
-    """``StreamConfig.options["mlx-coreml"]`` (also accepted under ``mlx`` / ``coreml``)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    engine: Literal["auto", "mlx", "coreml"] = Field(
-        "auto", description="auto: the MLX folder when mlx runs here, else Core ML (macOS); "
-        "mlx / coreml: only that engine.")
-    artifact: str | None = Field(
-        None, description="Name of the MLX folder / .mlpackage / .mlmodelc under text/ "
-        "(default: the first by name).")
-    compute_units: Literal["all", "cpu_only", "cpu_and_gpu", "cpu_and_ne"] = Field(
-        "all", description="Core ML compute units (coremltools ComputeUnit).")
 
 
 class MLXFactory(Factory):

@@ -14,12 +14,12 @@ served, told apart by the model description:
   O(n^2); the context is capped at the input's upper bound).
 
 The tokenizer is a Hugging Face ``tokenizer.json`` (or a SentencePiece ``tokenizer.model``)
-found by the core's :func:`~eliza_backends.tokenizer.find_tokenizer` (inside the model,
+found by the core's :func:`~eliza_backends.prompt.tokenizer.find_tokenizer` (inside the model,
 ``text/<stem>.tokenizer.json``, ``text/tokenizer.json``, or the bundle's MLX folder), with
-its end tokens, BOS and chat template from :func:`~eliza_backends.tokenizer.tokenizer_facts`:
+its end tokens, BOS and chat template from :func:`~eliza_backends.prompt.tokenizer.tokenizer_facts`:
 the same as the MLX session and LiteRT read for the same bundle. Sampling uses the core's numpy
-:class:`~eliza_backends.sampling.Sampler` (Core ML-only hosts need not have mlx). Slots are not
-supported (``capabilities.slots`` is False).
+:class:`~eliza_backends.runtime.sampling.Sampler` (Core ML-only hosts need not have mlx). Slots are
+not supported (``capabilities.slots`` is False).
 """
 
 from __future__ import annotations
@@ -42,10 +42,15 @@ from eliza_backends import (
     StreamConfig,
     UnsupportedOperationError,
 )
-from eliza_backends.sampling import Sampler
-from eliza_backends.tokenizer import Tokenizer, find_tokenizer, load_tokenizer, tokenizer_facts
+from eliza_backends.backend import (
+    Sampler,
+    Tokenizer,
+    find_tokenizer,
+    load_tokenizer,
+    tokenizer_facts,
+)
 
-from . import MLXOptions
+from .options import MLXOptions
 
 _UNITS = {"all": "ALL", "cpu_only": "CPU_ONLY", "cpu_and_gpu": "CPU_AND_GPU",
           "cpu_and_ne": "CPU_AND_NE"}

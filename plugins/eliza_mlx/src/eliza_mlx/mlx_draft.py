@@ -2,7 +2,7 @@
 
 The draft model shares the target's vocabulary and runs on the same :class:`InferenceContext`
 (its weights are loaded once, like the target's), with its own mlx-lm prompt cache kept in step
-with the target sequence by :class:`~eliza_backends.speculative.ModelDrafter`; this module
+with the target sequence by :class:`~eliza_backends.runtime.speculative.ModelDrafter`; this module
 supplies the mlx calls. The ``k`` draft forward passes are one lazy mlx graph, evaluated once
 per proposal.
 """
@@ -18,7 +18,7 @@ from mlx_lm.models.cache import (  # type: ignore[import-not-found,unused-ignore
 )
 
 from eliza_backends import UnsupportedOperationError
-from eliza_backends.speculative import ModelDrafter
+from eliza_backends.backend import ModelDrafter
 
 from .mlx_thread import on_mlx_thread
 from .model import COMPUTE_STREAM, LoadedMLX, trim

@@ -19,13 +19,13 @@ follows (an end-of-generation token cannot be foreseen and is fed ahead like any
 
 Speculative decoding (``drafter="ngram"`` or ``"model"``, greedy only, trimmable caches only):
 prefill keeps the prompt's last token back in ``_pending``. A round drafts ``k`` tokens (the
-core's :class:`~eliza_backends.speculative.NgramDrafter`, or a draft MLX folder from
+core's :class:`~eliza_backends.runtime.speculative.NgramDrafter`, or a draft MLX folder from
 ``text/draft/``, :mod:`eliza_mlx.mlx_draft`), runs ``[pending, d1..dk]`` through the model in
 one call (logits for every position; ``[d1..dk]`` when the last token was already fed ahead and
 its successor queued), takes the argmax per position, keeps the agreeing prefix plus the
-target's own next token (:func:`~eliza_backends.speculative.accept_greedy`), trims the rejected
-positions off the prompt cache and leaves the last produced token pending. A round with nothing
-drafted decodes one token exactly as the plain path does (fed ahead, pipelined).
+target's own next token (:func:`~eliza_backends.runtime.speculative.accept_greedy`), trims the
+rejected positions off the prompt cache and leaves the last produced token pending. A round with
+nothing drafted decodes one token exactly as the plain path does (fed ahead, pipelined).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ from eliza_backends import (
     StreamConfig,
     UnsupportedOperationError,
 )
-from eliza_backends.speculative import Drafter, accept_greedy
+from eliza_backends.backend import Drafter, accept_greedy
 
 from .mlx_thread import on_mlx_thread
 from .model import COMPUTE_STREAM, LoadedMLX, trim
@@ -159,6 +159,10 @@ class MLXSession(Session):
             for processor in self._processors:
                 logits = processor(tail, logits)
         if not self._greedy:
+            # in float32: mlx-lm scales the logprobs by 1/temperature, which overflows a
+            # float16 row to -inf (all of it: junk tokens) at temperatures near the greedy
+            # threshold (1e-5: a logprob of -0.7 becomes -7e4, past float16's -65504)
+            logits = logits.astype(mx.float32)
             logits = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         self._y = self._sampler(logits)
         mx.async_eval(self._y)  # type: ignore[no-untyped-call,unused-ignore]

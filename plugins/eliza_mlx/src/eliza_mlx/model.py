@@ -3,7 +3,7 @@
 Both the session (:mod:`eliza_mlx.mlx_session`) and the draft-model drafter
 (:mod:`eliza_mlx.mlx_draft`) import this module, never each other: it owns the loading, the
 facts about the model (:class:`~eliza_backends.ModelInfo`, from the folder's Hugging Face files
-through :func:`~eliza_backends.tokenizer.tokenizer_facts`), the compute stream and the cache
+through :func:`~eliza_backends.prompt.tokenizer.tokenizer_facts`), the compute stream and the cache
 trim both use.
 """
 
@@ -20,8 +20,7 @@ from mlx_lm.models.cache import trim_prompt_cache  # type: ignore[import-not-fou
 from mlx_lm.utils import load_model  # type: ignore[import-not-found,unused-ignore]
 
 from eliza_backends import BundleError, InferenceContext, ModelInfo
-from eliza_backends.hf_tokenizer import HFTokenizer
-from eliza_backends.tokenizer import tokenizer_facts
+from eliza_backends.backend import HFTokenizer, tokenizer_facts
 
 from .mlx_thread import on_mlx_thread
 from .probe import MLXFolder, check_mlx_folder

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from .errors import CancelledError, InvalidArgumentError, UnsupportedOperationError
+from ..errors import CancelledError, InvalidArgumentError, UnsupportedOperationError
 
 ROLES = frozenset({"system", "user", "assistant", "tool"})
 MAX_OUTPUT = 1 << 20  # characters a rendering may produce

@@ -24,8 +24,8 @@ off, a drafter that costs nothing to ask (the n-gram one) still proposes one tok
 is scored against the token the round produced, so drafting resumes when the text starts to
 repeat; any other drafter gets a real one-draft round every ``probe_every`` rounds.
 
-Used by :func:`eliza_backends.speculative.speculate`; one policy per session, on its consumer
-thread.
+Used by :func:`eliza_backends.runtime.speculative.speculate`; one policy per session, on its
+consumer thread.
 """
 
 from __future__ import annotations

@@ -25,11 +25,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from .bundle import ImplicitBundle, artifact_format, is_bundle_dir, not_a_bundle
-from .errors import SessionClosedError
+from ..bundle import ImplicitBundle, artifact_format, is_bundle_dir, not_a_bundle
+from ..errors import SessionClosedError
 
 if TYPE_CHECKING:
-    from .backend import Session
+    from .session import Session
 
 T = TypeVar("T")
 

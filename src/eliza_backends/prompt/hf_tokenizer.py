@@ -1,6 +1,6 @@
-"""A Hugging Face ``tokenizer.json`` as a :class:`~eliza_backends.tokenizer.Tokenizer`:
+"""A Hugging Face ``tokenizer.json`` as a :class:`~eliza_backends.prompt.tokenizer.Tokenizer`:
 :class:`HFTokenizer` (ids <-> text, the bytes of each token, special ids). Finding a bundle's
-tokenizer and reading its facts is :mod:`eliza_backends.tokenizer`'s job, one way for every
+tokenizer and reading its facts is :mod:`eliza_backends.prompt.tokenizer`'s job, one way for every
 tokenizer format.
 
 Needs the ``tokenizers`` package, imported when a tokenizer is loaded (the backends that use
@@ -14,8 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .errors import BundleError
-from .text import byte_level_pieces
+from ..errors import BundleError
+from ..runtime.text import byte_level_pieces
 from .tokenizer import Tokenizer
 
 

@@ -23,7 +23,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .errors import BundleError
+from ..errors import BundleError
 
 if TYPE_CHECKING:
     from .draft_policy import DraftPolicy

@@ -34,8 +34,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .config import describe_validation_error
-from .errors import SlotError, Status
+from ..config import describe_validation_error
+from ..errors import SlotError, Status
 
 MAGIC = b"ELZSLOT2"
 MAX_HEADER = 16 << 20

@@ -3,8 +3,8 @@ text mapping of the LiteRT-LM engine session, MLX, Core ML): one interface, two 
 found and described one way for every backend.
 
 * :class:`Tokenizer`: ids <-> text, the bytes of each token, special ids. Two implementations:
-  :class:`~eliza_backends.hf_tokenizer.HFTokenizer` (a Hugging Face ``tokenizer.json``) and
-  :class:`~eliza_backends.sp_tokenizer.SPTokenizer` (a SentencePiece ``tokenizer.model``, the
+  :class:`~eliza_backends.prompt.hf_tokenizer.HFTokenizer` (a Hugging Face ``tokenizer.json``) and
+  :class:`~eliza_backends.prompt.sp_tokenizer.SPTokenizer` (a SentencePiece ``tokenizer.model``, the
   format of Google's Gemma files and of ``.litertlm`` SP_Tokenizer sections);
 * :func:`find_tokenizer`: where a bundle's tokenizer file for an artifact is, in one search
   order, so the same bundle is tokenized the same way whichever backend serves it;
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .bundle import DRAFT_DIR
+from ..bundle import DRAFT_DIR
 
 #: End-of-generation token names, used when the tokenizer's folder names no end token.
 END_TOKEN_NAMES = ("<|eos|>", "<|end|>", "</s>", "<eos>", "<|endoftext|>", "<end_of_turn>",

@@ -3,7 +3,7 @@
 The model is told about the tools through its own chat template when the template renders a
 ``tools`` variable (it then gets ``tools=`` as Hugging Face templates expect); otherwise a
 system message lists them (name, description, parameter schema) and says how to answer. Either
-way the reply is **constrained** (:mod:`eliza_backends.constraint`) to one JSON object:
+way the reply is **constrained** (:mod:`eliza_backends.structured.constraint`) to one JSON object:
 
 * ``{"tool_calls": [{"name": <tool>, "arguments": {...}}, ...]}``, each item valid against its
   tool's ``parameters`` schema (the ``name`` picks the schema); or, with ``tool_choice="auto"``,
@@ -28,8 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .constraint import Constraint
-from .errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
+from ..structured.constraint import Constraint
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -191,7 +191,7 @@ def _arguments(raw: Any) -> Any:
     if isinstance(raw, str):
         try:
             return json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # kept as the text the client sent
             return raw
     return raw
 

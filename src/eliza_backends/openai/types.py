@@ -1,12 +1,20 @@
 """The OpenAI wire shapes: chat and text completion requests, responses, chunks, errors.
 
 Pydantic models of the subset of OpenAI's Chat Completions and (legacy) Completions API that
-:mod:`eliza_backends.completions` and the server speak. Requests are strict: an unknown field,
-a wrong type or a value out of range is an :class:`~eliza_backends.errors.InvalidArgumentError`
-naming the field. ``response_format``, ``tools`` / ``tool_choice`` and ``logprobs`` /
-``top_logprobs`` are served (see :mod:`eliza_backends.tools`); fields that OpenAI defines but
-this project does not implement (penalties, ``logit_bias``) are declared, so
-:func:`unsupported_fields` can refuse them with a message instead of calling them unknown.
+:mod:`eliza_backends.openai.completions` and the server speak. Requests are strict: an unknown
+field, a wrong type or a value out of range is an
+:class:`~eliza_backends.errors.InvalidArgumentError` naming the field. ``response_format``,
+``tools`` / ``tool_choice`` and ``logprobs`` / ``top_logprobs`` are served (see
+:mod:`eliza_backends.openai.tools`); fields that OpenAI defines but this project does not implement
+(penalties, ``logit_bias``) are declared, so :func:`unsupported_fields` can refuse them with a
+message instead of calling them unknown.
+
+:func:`parse_request` is the one validation layer every request goes through (the server's
+bodies, :func:`~eliza_backends.completions.chat_completion`, Ray batch rows): the JSON text is
+decoded there, nesting deeper than :data:`MAX_DEPTH` is refused before anything walks it, the
+request models are pydantic *strict* (``"max_tokens": "16"`` or ``"stream": "yes"`` is an
+error, not coerced), earlier assistant ``tool_calls`` are typed, and a constraint that does
+not compile is refused; each failure is a :class:`RequestError` naming the field.
 
 Responses carry exactly OpenAI's field names, so ``model_dump(exclude_none=True)`` is what goes
 on the wire. ``usage.prompt_tokens_details.cached_tokens`` reports the prompt tokens that a
@@ -15,22 +23,27 @@ session already held (prefix reuse), as OpenAI does for its prompt cache.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .config import describe_validation_error
-from .constraint import Constraint
-from .errors import InvalidArgumentError
-from .logits import OutputSpec
+from ..config import describe_validation_error
+from ..errors import InvalidArgumentError
+from ..structured.constraint import Constraint
+from ..structured.logits import OutputSpec
 from .tools import Tool, chosen_tools, parse_tools, reply_constraint
 
 #: OpenAI's finish reasons that this project produces.
 OpenAIFinishReason = Literal["stop", "length", "tool_calls"]
 
-_STRICT = ConfigDict(extra="forbid")
+_STRICT = ConfigDict(extra="forbid", strict=True)
+
+#: The deepest nesting of arrays and objects a request may have (a JSON schema or tool
+#: parameters nest a few levels; thousands only exhaust the stack of whatever walks them).
+MAX_DEPTH = 64
 _OPEN = ConfigDict(extra="allow")
 
 
@@ -46,6 +59,26 @@ class TextPart(BaseModel):
     text: str
 
 
+class CalledFunction(BaseModel):
+    """The function of an earlier assistant turn's tool call: ``arguments`` is JSON text
+    (OpenAI's form) or the decoded object."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    name: str
+    arguments: str | dict[str, Any] = "{}"
+
+
+class CalledTool(BaseModel):
+    """One ``tool_calls`` item of an earlier assistant message."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: CalledFunction
+
+
 class ChatMessage(BaseModel):
     """One chat message. ``content`` is text or a list of text parts (joined on use);
     ``developer`` is OpenAI's newer name for ``system`` and is rendered as one."""
@@ -55,7 +88,7 @@ class ChatMessage(BaseModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
+    tool_calls: list[CalledTool] | None = None
     tool_call_id: str | None = None
 
     def text(self) -> str:
@@ -69,13 +102,13 @@ class ChatMessage(BaseModel):
     def for_template(self) -> dict[str, Any]:
         """The dict a chat template renders (``developer`` becomes ``system``; tool calls and
         the id a tool result answers are kept, for
-        :func:`~eliza_backends.tools.prepare_messages`)."""
+        :func:`~eliza_backends.openai.tools.prepare_messages`)."""
         out: dict[str, Any] = {"role": "system" if self.role == "developer" else self.role,
                                "content": self.text()}
         if self.name is not None:
             out["name"] = self.name
         if self.tool_calls:
-            out["tool_calls"] = self.tool_calls
+            out["tool_calls"] = [c.model_dump(exclude_none=True) for c in self.tool_calls]
         if self.tool_call_id is not None:
             out["tool_call_id"] = self.tool_call_id
         return out
@@ -225,8 +258,8 @@ def unsupported_fields(request: GenerationRequest) -> list[str]:
 
 
 def request_output(request: GenerationRequest) -> tuple[OutputSpec | None, list[Tool] | None]:
-    """The :class:`~eliza_backends.logits.OutputSpec` (constraint, logprobs) and the tools of
-    ``request``; a malformed ``response_format``, ``tools`` or ``tool_choice`` is a
+    """The :class:`~eliza_backends.structured.logits.OutputSpec` (constraint, logprobs) and the
+    tools of ``request``; a malformed ``response_format``, ``tools`` or ``tool_choice`` is a
     :class:`RequestError` naming the field."""
     constraint: Constraint | None = None
     tools: list[Tool] | None = None
@@ -254,11 +287,51 @@ def request_output(request: GenerationRequest) -> tuple[OutputSpec | None, list[
     return (spec if spec.active else None), tools
 
 
+def decode_body(body: bytes | bytearray | str) -> Any:
+    """A request body's JSON text, decoded; :class:`RequestError` when it is not JSON (or
+    nests so deep that the decoder runs out of stack)."""
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        why = f"nested deeper than {MAX_DEPTH} levels" if isinstance(exc, RecursionError) \
+            else str(exc)
+        raise RequestError(f"the request body is not valid JSON ({why}); send a JSON object "
+                           "with Content-Type: application/json", param=None) from None
+
+
+def too_deep(data: Any, limit: int = MAX_DEPTH) -> str | None:
+    """The path (``messages.0.content``) of the first place where ``data`` nests lists and
+    dicts deeper than ``limit``, or None. Iterative: it never recurses itself."""
+    todo: list[tuple[Any, int, str]] = [(data, 0, "")]
+    while todo:
+        value, depth, path = todo.pop()
+        if isinstance(value, dict):
+            items: Any = value.items()
+        elif isinstance(value, list | tuple):
+            items = enumerate(value)
+        else:
+            continue
+        if depth >= limit:
+            return path or "(body)"
+        todo.extend((v, depth + 1, f"{path}.{k}" if path else str(k)) for k, v in items)
+    return None
+
+
 def parse_request(model: type[GenerationRequest], data: Any) -> Any:
-    """Validate a decoded JSON body as ``model``; every problem, and every unsupported feature,
-    in one :class:`InvalidArgumentError` (its ``param`` names the first offending field)."""
+    """Validate a request as ``model``: ``data`` is the body (JSON ``bytes``/``str``) or the
+    decoded object. Every problem, and every unsupported feature, in one
+    :class:`RequestError` (an :class:`InvalidArgumentError`; its ``param`` names the first
+    offending field)."""
+    if isinstance(data, bytes | bytearray | str):
+        data = decode_body(data)
     if not isinstance(data, dict):
         raise RequestError("the request body must be a JSON object", param=None)
+    where = too_deep(data)
+    if where is not None:
+        parts = where.split(".")
+        shown = ".".join(parts[:6]) + (".…" if len(parts) > 6 else "")
+        raise RequestError(f"{shown}: nested deeper than {MAX_DEPTH} levels; send a flatter "
+                           "request", param=".".join(parts[:4]))
     try:
         request = model.model_validate(data)
     except ValidationError as exc:
@@ -481,7 +554,10 @@ class ErrorResponse(BaseModel):
 
 
 __all__ = [
+    "MAX_DEPTH",
     "AssistantMessage",
+    "CalledFunction",
+    "CalledTool",
     "ChatChoice",
     "ChatCompletion",
     "ChatCompletionChunk",
@@ -511,8 +587,10 @@ __all__ = [
     "TopLogprobItem",
     "Usage",
     "completion_id",
+    "decode_body",
     "now",
     "parse_request",
     "request_output",
+    "too_deep",
     "unsupported_fields",
 ]

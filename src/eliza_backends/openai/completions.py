@@ -10,15 +10,15 @@
 Both take a bundle directory, an :class:`InferenceContext` (several calls share one model load)
 or an open :class:`Stream` (a conversation that keeps its KV cache: each call prefills only
 what differs from what the session holds). They return the OpenAI response models of
-:mod:`eliza_backends.openai_types`, or an iterator of chunks with ``stream=True``, the same on
+:mod:`eliza_backends.openai.types`, or an iterator of chunks with ``stream=True``, the same on
 every backend. The server (``eliza-backends serve``) runs the same :class:`Generation` and
 :class:`Responder` on its pooled sessions, so in-process and HTTP answers are identical.
 
 Structured output rides on the same path: ``response_format`` and ``tools`` become a
-:class:`~eliza_backends.constraint.Constraint` and ``logprobs`` / ``top_logprobs`` an
-:class:`~eliza_backends.logits.OutputSpec`, set on the session per request
+:class:`~eliza_backends.structured.constraint.Constraint` and ``logprobs`` / ``top_logprobs`` an
+:class:`~eliza_backends.structured.logits.OutputSpec`, set on the session per request
 (``Session.set_output``) before its prefill, so one pooled session serves any of them;
-tool-call replies are parsed back by :func:`eliza_backends.tools.parse_reply`.
+tool-call replies are parsed back by :func:`eliza_backends.openai.tools.parse_reply`.
 
 Who does what: the session settings that a runtime bakes in when a session opens (sampling:
 temperature, top-p/k, min-p, repeat penalty, seed) come from :func:`session_config`; the
@@ -33,13 +33,16 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, overload
 
-from .backend import FinishReason
-from .config import StreamConfig
-from .context import InferenceContext
-from .errors import ContextFullError, InvalidArgumentError
-from .logits import OutputSpec
-from .logprobs import TokenLogprob
-from .openai_types import (
+from ..backend.context import InferenceContext
+from ..backend.session import FinishReason
+from ..config import StreamConfig
+from ..errors import ContextFullError, InvalidArgumentError
+from ..runtime.text import TextAssembler
+from ..stream import Stream, open_stream
+from ..structured.logits import OutputSpec
+from ..structured.logprobs import TokenLogprob
+from .tools import Tool, parse_reply, prepare_messages
+from .types import (
     AssistantMessage,
     ChatChoice,
     ChatCompletion,
@@ -66,9 +69,6 @@ from .openai_types import (
     parse_request,
     request_output,
 )
-from .stream import Stream, open_stream
-from .text import TextAssembler
-from .tools import Tool, parse_reply, prepare_messages
 
 #: Our finish reasons in OpenAI's terms: an end-of-generation token or a stop string is
 #: "stop"; the token budget or a full context window is "length".
@@ -140,9 +140,16 @@ class Generation:
         self.output = output
         self.tools = list(tools) if tools else None
         self.tool_choice = tool_choice
-        #: every generated token's logprob (when asked for); ``step_logprobs``: the last step's
+        #: every generated token's logprob (when asked for); ``step_logprobs``: the last step's.
+        #: They follow the text: a token's entry is released once all of its text is (the
+        #: entries of held-back text wait), and a stop string drops the entries of the tokens
+        #: that reach past the cut, so the entries' tokens always spell a prefix of the text
+        #: (all of it unless the cut falls inside a token).
         self.logprobs: list[TokenLogprob] | None = None
         self.step_logprobs: list[TokenLogprob] = []
+        self._lp_held: list[TokenLogprob] = []
+        self._lp_start = 0  # byte offset in the text where the first held entry's token starts
+        self._emitted = 0  # bytes of text released so far
         #: a tool-call reply, parsed when it ends: the calls (OpenAI shape) or the content
         self.tool_calls: list[dict[str, Any]] = []
         self.content: str | None = None
@@ -175,6 +182,14 @@ class Generation:
         """Tokenize, check the prompt and budget fit the context window
         (:class:`ContextFullError` otherwise, before anything is prefilled), prefill."""
         self.started_at = time.perf_counter()
+        self.stream.begin_generation(self)
+        try:
+            self._start()
+        except BaseException:
+            self.stream.end_generation(self)
+            raise
+
+    def _start(self) -> None:
         ids = self._prompt_ids()
         window = self.stream.session.context_size
         if not ids:
@@ -206,14 +221,17 @@ class Generation:
         on the last one."""
         if self.finish_reason is not None:
             return ""
+        self.stream.check_generation(self)
         per_step = self.stream.config.tokens_per_step
-        step = self.stream.next(max(1, min(per_step, self._budget - self.completion_tokens)))
+        try:
+            step = self.stream.next(max(1, min(per_step,
+                                               self._budget - self.completion_tokens)))
+        except BaseException:
+            self.stream.end_generation(self)  # a failed step ends the completion
+            raise
         if step.tokens and self.first_token_at is None:
             self.first_token_at = time.perf_counter()
         self.completion_tokens += len(step.tokens)
-        self.step_logprobs = list(step.logprobs or ())
-        if step.logprobs is not None:
-            self.logprobs = (self.logprobs or []) + self.step_logprobs
         assembler = self._assembler
         text = assembler.push(step.text.encode("utf-8"))
         if assembler.stopped:
@@ -224,7 +242,10 @@ class Generation:
         elif self.completion_tokens >= self._budget:
             text += assembler.flush()
             self.finish_reason = "length"
+        if self.finish_reason is not None:
+            self.stream.end_generation(self)
         self.parts.append(text)
+        self._follow_text(step.logprobs, len(text.encode("utf-8")))
         if not self.holds_reply:
             return text
         if self.finish_reason is None:  # a tool-call reply is parsed whole at its end
@@ -233,6 +254,29 @@ class Generation:
         if self.tool_calls and self.finish_reason == "stop":
             self.finish_reason = "tool_calls"
         return self.content or ""
+
+    def _follow_text(self, entries: Sequence[TokenLogprob] | None, n_bytes: int) -> None:
+        """Release the logprob entries whose tokens' text has been released (``n_bytes`` more
+        bytes of it this step): :attr:`step_logprobs`, appended to :attr:`logprobs`."""
+        held = self._lp_held
+        if entries is not None:
+            held.extend(entries)
+            if self.logprobs is None:
+                self.logprobs = []
+        self._emitted += n_bytes
+        out: list[TokenLogprob] = []
+        if self.finish_reason is not None and self.finish_reason != "stop":
+            out, held[:] = list(held), []  # the whole text is out (end token entries too)
+        else:
+            while held and self._lp_start + len(held[0].piece) <= self._emitted:
+                entry = held.pop(0)
+                self._lp_start += len(entry.piece)
+                out.append(entry)
+            if self.finish_reason == "stop":
+                held.clear()  # tokens at or past the stop string: cut with their text
+        self.step_logprobs = out
+        if self.logprobs is not None:
+            self.logprobs.extend(out)
 
     @property
     def holds_reply(self) -> bool:
@@ -376,8 +420,8 @@ def request_prompt(request: ChatCompletionRequest | CompletionRequest) -> Prompt
 
 def model_name(bundle_dir: str | os.PathLike[str]) -> str:
     """The id a bundle's model is served under: the manifest's ``name``, else the folder's."""
-    from .bundle import load_manifest
-    from .errors import BundleError
+    from ..bundle import load_manifest
+    from ..errors import BundleError
 
     try:
         name = load_manifest(bundle_dir).name
@@ -448,11 +492,19 @@ def _run_local(request: ChatCompletionRequest | CompletionRequest,
                           model or request.model or model_name(streams.bundle_dir))
     prompt = request_prompt(request)
 
+    current: list[Generation] = []  # the completion running (ended if the call is left)
+
     def started(index: int) -> Generation:
         stream = streams.fit(session_config(streams.base, request, index))
         gen = generation_for(stream, request, prompt)
         gen.start()
+        current[:] = [gen]
         return gen
+
+    def close() -> None:
+        for gen in current:  # an iterator closed early leaves its completion unfinished
+            gen.stream.end_generation(gen)
+        streams.close()
 
     if not request.stream:
         try:
@@ -464,7 +516,7 @@ def _run_local(request: ChatCompletionRequest | CompletionRequest,
                 finished.append(gen)
             return responder.final(finished)
         finally:
-            streams.close()
+            close()
 
     def chunks() -> Iterator[ChatCompletionChunk | Completion]:
         finished = []
@@ -482,16 +534,29 @@ def _run_local(request: ChatCompletionRequest | CompletionRequest,
             if request.include_usage:
                 yield responder.usage_chunk(usage_of(finished))
         finally:
-            streams.close()
+            close()
 
     return chunks()
 
 
 def _request(kind: type[ChatCompletionRequest] | type[CompletionRequest],
              fields: dict[str, Any], extra: Mapping[str, Any]) -> Any:
-    data = {k: v for k, v in fields.items() if v is not None}
-    data.update(extra)
+    """The request of a Python call, through the one validation layer (:func:`parse_request`):
+    tuples become lists and mappings dicts (the JSON shapes); anything else is left for the
+    validation to refuse with an :class:`InvalidArgumentError` naming the field."""
+    data = {k: _as_json(v) for k, v in fields.items() if v is not None}
+    data.update({k: _as_json(v) for k, v in extra.items()})
     return parse_request(kind, data)
+
+
+def _as_json(value: Any) -> Any:
+    """``value`` with Python's sequence and mapping types as JSON's (one level: a message
+    that is a ``MappingProxyType`` is a dict, a list of them a list)."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes | bytearray):
+        return [dict(v) if isinstance(v, Mapping) else v for v in value]
+    return value
 
 
 @overload
@@ -539,10 +604,8 @@ def chat_completion(target: str | os.PathLike[str] | InferenceContext | Stream,
     the backend.
     """
     request = _request(ChatCompletionRequest, {
-        "messages": [dict(m) for m in messages], "stream": stream, "max_tokens": max_tokens,
-        "temperature": temperature, "top_p": top_p, "seed": seed,
-        "stop": list(stop) if stop is not None and not isinstance(stop, str) else stop,
-        "n": n}, extra)
+        "messages": messages, "stream": stream, "max_tokens": max_tokens,
+        "temperature": temperature, "top_p": top_p, "seed": seed, "stop": stop, "n": n}, extra)
     result: ChatCompletion | Iterator[ChatCompletionChunk] = _run_local(
         request, target, config, backend, model)
     return result
@@ -579,10 +642,8 @@ def completion(target: str | os.PathLike[str] | InferenceContext | Stream,
     where the model uses one); on a :class:`Stream` the prefix it shares with the session's
     history is reused."""
     request = _request(CompletionRequest, {
-        "prompt": prompt if isinstance(prompt, str) else list(prompt), "stream": stream,
-        "max_tokens": max_tokens, "temperature": temperature, "top_p": top_p, "seed": seed,
-        "stop": list(stop) if stop is not None and not isinstance(stop, str) else stop,
-        "n": n}, extra)
+        "prompt": prompt, "stream": stream, "max_tokens": max_tokens,
+        "temperature": temperature, "top_p": top_p, "seed": seed, "stop": stop, "n": n}, extra)
     result: Completion | Iterator[Completion] = _run_local(request, target, config, backend,
                                                            model)
     return result

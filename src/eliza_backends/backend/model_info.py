@@ -1,7 +1,7 @@
 """Facts about a loaded model, as data: :class:`ModelInfo`.
 
 A backend reads these once, when it loads the weights, and hands them to
-:class:`~eliza_backends.backend.Session` (``Session.__init__(config, context, info)``); the
+:class:`~eliza_backends.backend.session.Session` (``Session.__init__(config, context, info)``); the
 session's public properties (``vocab_size``, ``eog_token_ids``, ``bos_token_id``,
 ``chat_template``, ``template_tokens``) answer from it, and slot files are stamped with its
 ``fingerprint`` and ``runtime``. Sessions on one loaded model share one ``ModelInfo``.
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from .errors import UnsupportedOperationError
-from .slots import fingerprint_artifact
+from ..errors import UnsupportedOperationError
+from ..runtime.slots import fingerprint_artifact
 
 
 @dataclass(frozen=True, eq=False)

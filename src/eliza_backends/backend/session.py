@@ -10,13 +10,13 @@ the backends share, so it is done once and the same way:
 * single-consumer enforcement (a second thread gets :class:`SessionBusyError`);
 * cancellation (``cancel()`` from any thread; sticky until ``reset()`` / ``reset_keep()``);
 * the generation budget, end-of-generation tokens, stop strings and UTF-8-safe text;
-* slot files (atomic, fingerprinted; see :mod:`eliza_backends.slots`);
-* the speculative loop (draft, verify, accept; :func:`eliza_backends.speculative.speculate`)
+* slot files (atomic, fingerprinted; see :mod:`eliza_backends.runtime.slots`);
+* the speculative loop (draft, verify, accept; :func:`eliza_backends.runtime.speculative.speculate`)
   and the drafter's lifecycle (built by :meth:`Factory.make_drafter`, rewound with the
   sequence, closed with the session).
 
-Facts about the loaded model are data, a :class:`~eliza_backends.model_info.ModelInfo` handed
-to :class:`Session`, not properties each backend forwards.
+Facts about the loaded model are data, a :class:`~eliza_backends.backend.model_info.ModelInfo`
+handed to :class:`Session`, not properties each backend forwards.
 
 Threads: every method except :meth:`Session.cancel` and :meth:`Session.close` belongs to the
 one consumer thread that drives the session. ``cancel()`` is safe from anywhere; ``close()``
@@ -36,13 +36,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, final
 
 from pydantic import BaseModel, ValidationError
 
-from .bundle import artifact_format, find_artifacts
-from .config import StreamConfig, describe_validation_error
-from .constraint import model_vocabulary
-from .draft_policy import DraftPolicy
-from .errors import (
+from ..bundle import artifact_format, find_artifacts
+from ..config import StreamConfig, describe_validation_error
+from ..errors import (
     BundleError,
     CancelledError,
+    ConstraintError,
     ContextFullError,
     InvalidArgumentError,
     SessionBusyError,
@@ -51,13 +50,15 @@ from .errors import (
     Status,
     UnsupportedOperationError,
 )
+from ..runtime.draft_policy import DraftPolicy
+from ..runtime.slots import read_slot, write_slot
+from ..runtime.speculative import Drafter, NgramDrafter, Verify, speculate
+from ..runtime.text import AssemblerState, TextAssembler
+from ..structured.constraint import model_vocabulary
+from ..structured.logits import LogitsGuide, OutputSpec
+from ..structured.logprobs import TokenLogprob, TopLogprob
 from .interrupts import SigintDeferral
-from .logits import LogitsGuide, OutputSpec
-from .logprobs import TokenLogprob, TopLogprob
 from .model_info import ModelInfo
-from .slots import read_slot, write_slot
-from .speculative import Drafter, NgramDrafter, Verify, speculate
-from .text import AssemblerState, TextAssembler
 
 if TYPE_CHECKING:
     from .context import InferenceContext
@@ -73,8 +74,9 @@ class Step:
     ``text``: their text, never splitting a UTF-8 character, never containing a stop string.
     ``drafted`` / ``accepted``: speculative tokens proposed / accepted in this step (0 without
     a drafter). ``final``: the stream ended; ``finish_reason`` says why. ``logprobs``: one
-    :class:`~eliza_backends.logprobs.TokenLogprob` per token when the turn asked for logprobs
-    (``StreamConfig.logprobs`` / ``top_logprobs``, or :meth:`Session.set_output`), else None.
+    :class:`~eliza_backends.structured.logprobs.TokenLogprob` per token when the turn asked for
+    logprobs (``StreamConfig.logprobs`` / ``top_logprobs``, or :meth:`Session.set_output`), else
+    None.
     """
 
     tokens: tuple[int, ...]
@@ -247,7 +249,7 @@ class Session(ABC):
 
     @property
     def model_info(self) -> ModelInfo:
-        """The model's facts (see :class:`~eliza_backends.model_info.ModelInfo`)."""
+        """The model's facts (see :class:`~eliza_backends.backend.model_info.ModelInfo`)."""
         return self.__info
 
     @property
@@ -308,8 +310,8 @@ class Session(ABC):
     def _batch_cost(self, max_n: int) -> list[float] | None:
         """Seconds of one forward pass over ``n`` tokens (all with logits), at index ``n - 1``
         for ``n`` in ``1..max_n`` (fewer where the cache or batch has no room): the batch cost
-        curve the draft policy weighs drafts with (:mod:`eliza_backends.draft_policy`). Called
-        at most once per loaded model and draft length, from :meth:`_speculate`, when the
+        curve the draft policy weighs drafts with (:mod:`eliza_backends.runtime.draft_policy`).
+        Called at most once per loaded model and draft length, from :meth:`_speculate`, when the
         next forward pass starts from the pending tokens (the current logits are not needed);
         it must leave the KV cache as it found it. None (the default): the backend cannot
         measure it, and speculative rounds always draft ``draft_length``."""
@@ -373,8 +375,8 @@ class Session(ABC):
         out-of-vocabulary ids, :class:`ContextFullError` when they do not fit.
 
         A prefill that fails (an exception from the runtime, a ``KeyboardInterrupt``: see
-        :mod:`eliza_backends.interrupts`) leaves :attr:`history` and the KV cache as they were
-        before it; prefill again before ``next()``."""
+        :mod:`eliza_backends.backend.interrupts`) leaves :attr:`history` and the KV cache as they
+        were before it; prefill again before ``next()``."""
         ids = self.__check_tokens(token_ids, what="prefill")
         if not ids:
             raise InvalidArgumentError("prefill() needs at least one token id")
@@ -596,8 +598,8 @@ class Session(ABC):
     @final
     def set_output(self, spec: OutputSpec | None) -> None:
         """What the tokens generated after each following prefill must satisfy and report (a
-        constraint, logprobs; see :class:`~eliza_backends.logits.OutputSpec`); None goes back
-        to the config's (``response_format`` / ``json_schema`` / ``regex`` / ``grammar``,
+        constraint, logprobs; see :class:`~eliza_backends.structured.logits.OutputSpec`); None goes
+        back to the config's (``response_format`` / ``json_schema`` / ``regex`` / ``grammar``,
         ``logprobs`` / ``top_logprobs``). It takes effect at the next prefill, and every
         prefill starts the constraint afresh. Raises :class:`UnsupportedOperationError` when
         the session cannot (``capabilities.logits`` False, or a drafter is on)."""
@@ -778,7 +780,8 @@ class Session(ABC):
     def _guide(self) -> LogitsGuide | None:
         """This turn's logits hook: call ``process(row)`` on the next-token logits before
         sampling and ``accept(token)`` after (None: the turn asks for nothing; see
-        :mod:`eliza_backends.logits`). Only backends with ``capabilities.logits`` see one."""
+        :mod:`eliza_backends.structured.logits`). Only backends with ``capabilities.logits`` see
+        one."""
         return self.__guide
 
     @final
@@ -796,7 +799,7 @@ class Session(ABC):
     @final
     def _speculate(self, max_tokens: int, verify: Verify, *, draft_length: int | None = None,
                    after: Sequence[int] = ()) -> Decoded:
-        """Speculative rounds through :func:`~eliza_backends.speculative.speculate` with the
+        """Speculative rounds through :func:`~eliza_backends.runtime.speculative.speculate` with the
         session's drafter until ``max_tokens`` tokens or an end token: the core drafts, the
         backend's ``verify`` checks. ``after``: tokens this step already produced (not yet in
         the sequence); they lead the result. ``draft_length`` caps ``config.draft_length``."""
@@ -917,8 +920,9 @@ class Session(ABC):
         with it. Refusals (bad arguments, missing features) changed nothing; a cancel() is
         sticky and repaired by the reset that must follow. If the repair fails too, the
         session refuses calls until reset() / reset_keep()."""
-        if exc is not None and (isinstance(exc, (InvalidArgumentError,
-                                                 UnsupportedOperationError)) or (
+        limit = isinstance(exc, ConstraintError)  # raised mid-step: undo it, end the turn
+        if exc is not None and not limit and (isinstance(exc, (InvalidArgumentError,
+                                                               UnsupportedOperationError)) or (
                 isinstance(exc, CancelledError) and not self.__interrupt.is_set())):
             return
         self.__interrupt.clear()
@@ -935,7 +939,10 @@ class Session(ABC):
                 self.__refeed(n)
             else:
                 self.__rewind_cache(n)
-            if op == "next" and self.__guide is not None:  # the constraint saw the undone
+            if op == "next" and self.__guide is not None and limit:
+                self.__guide = None  # the turn is over: prefill again
+                self.__ready = False
+            elif op == "next" and self.__guide is not None:  # the constraint saw the undone
                 raise UnsupportedOperationError(  # tokens and cannot be rewound with them
                     "an output constraint cannot be rewound")
         except BaseException as err:
@@ -1128,7 +1135,7 @@ class Factory(ABC):
     def make_drafter(self, context: InferenceContext, config: StreamConfig, target: ModelInfo,
                      *, greedy_only: bool = False) -> Drafter | None:
         """The drafter ``config.drafter`` names, for a session on ``target``: None for
-        ``"none"``, the core's :class:`~eliza_backends.speculative.NgramDrafter` for
+        ``"none"``, the core's :class:`~eliza_backends.runtime.speculative.NgramDrafter` for
         ``"ngram"``, :meth:`make_draft_model` for ``"model"``; ``"mtp"`` is refused here (a
         backend with an MTP drafter builds it in :meth:`open`: it reads the session's own
         runtime state). ``greedy_only``: the backend
@@ -1152,7 +1159,7 @@ class Factory(ABC):
                          target: ModelInfo) -> Drafter:
         """The ``drafter="model"`` drafter. A backend with draft models overrides this: load
         :meth:`draft_artifact` through ``context.shared`` and wrap it in a
-        :class:`~eliza_backends.speculative.ModelDrafter` (vocabulary checked against
+        :class:`~eliza_backends.runtime.speculative.ModelDrafter` (vocabulary checked against
         ``target``). The default refuses."""
         raise UnsupportedOperationError(
             f"{self.name} has no draft-model drafter: use drafter='ngram', or a backend with "

@@ -11,6 +11,11 @@ what is shown: the plugins set their ``*.native`` logger to ERROR unless the app
 configured it (``eliza-backends -v`` shows INFO). Lines that carry no such prefix are not the
 runtime's (another thread's output during the capture): they go back to stderr unchanged.
 
+At exit, :func:`native_exit_to_logging` does the same for what the runtime frees then: the
+objects a garbage collection still finds are freed inside a capture, and what C++ static
+destructors print after Python is gone (LiteRT's ``DestroyAccelerator`` lines) goes nowhere
+unless the logger shows INFO (``-v``), while Python's own ``sys.stderr`` keeps the terminal.
+
 Process-wide, as fd 2 is: nested and concurrent captures share one redirection (the last to
 leave replays it). Nothing is lost if the process dies mid-capture only in the sense that the
 temporary file is gone; keep captures around loads and frees, not around generation.
@@ -89,6 +94,40 @@ def _release(logger: logging.Logger) -> None:
     replay(data.decode("utf-8", "replace"), target)
 
 
+_exit_loggers: list[logging.Logger] = []
+
+
+def native_exit_to_logging(logger: logging.Logger) -> None:
+    """Route what the runtime prints while the process exits to ``logger`` (idempotent; call
+    it when the runtime is first used). See the module docstring."""
+    with _lock:
+        if logger in _exit_loggers:
+            return
+        _exit_loggers.append(logger)
+        if len(_exit_loggers) == 1:
+            import atexit
+
+            atexit.register(_at_exit)
+
+
+def _at_exit() -> None:
+    import gc
+
+    loggers = list(_exit_loggers)
+    with native_stderr_to_logging(loggers[0]):
+        gc.collect()  # runtime objects in reference cycles: freed (and logged) here
+    if any(lg.isEnabledFor(logging.INFO) for lg in loggers):
+        return  # -v: the static destructors' lines are wanted, and fd 2 stays the terminal
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.flush()
+        python_err = os.dup(2)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+        sys.stderr = open(python_err, "w", buffering=1, encoding="utf-8",  # noqa: SIM115
+                          errors="backslashreplace")
+
+
 def replay(text: str, logger: logging.Logger) -> None:
     """Send captured native output to ``logger``: each line at its prefix's level, a line
     without one (a continuation such as ``└ ...``) at the level of the line before it; text
@@ -107,4 +146,4 @@ def replay(text: str, logger: logging.Logger) -> None:
         logger.log(level, "%s", line)
 
 
-__all__ = ["native_stderr_to_logging", "quiet_by_default", "replay"]
+__all__ = ["native_exit_to_logging", "native_stderr_to_logging", "quiet_by_default", "replay"]

@@ -1,5 +1,5 @@
 """A SentencePiece model (a ``tokenizer.model`` file or a ``.litertlm`` SP_Tokenizer section)
-as a :class:`~eliza_backends.tokenizer.Tokenizer`: :class:`SPTokenizer`.
+as a :class:`~eliza_backends.prompt.tokenizer.Tokenizer`: :class:`SPTokenizer`.
 
 SentencePiece itself never produces control pieces (``<start_of_turn>``, ``<eos>``...) from
 text; like llama.cpp with special-token parsing, :meth:`SPTokenizer.encode` first splits the
@@ -16,7 +16,7 @@ import os
 import re
 from pathlib import Path
 
-from .errors import BundleError
+from ..errors import BundleError
 from .tokenizer import Tokenizer
 
 _BYTE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")

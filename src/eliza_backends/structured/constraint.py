@@ -7,8 +7,8 @@ format, converted). It is plain data, validated cheaply; nothing is compiled unt
 generates with it.
 
 :class:`ConstraintMatcher` is one generation's parser state. It is built by the core's logits
-guide (:mod:`eliza_backends.logits`) over **the model's own vocabulary**: the bytes each token
-contributes to the text, read through the session's ``_token_bytes`` hook, which every backend
+guide (:mod:`eliza_backends.structured.logits`) over **the model's own vocabulary**: the bytes each
+token contributes to the text, read through the session's ``_token_bytes`` hook, which every backend
 answers identically for the same model. The same request therefore gives the same masks, and
 with identical weights the same constrained output, on every backend.
 
@@ -21,11 +21,12 @@ of ~50 us (SmolLM2) and ~0.1-1 ms (Gemma 3); it does regex, JSON schema and Lark
 triton at install).
 
 The vocabulary object (an llguidance ``LLTokenizer``) costs 0.3 s (49k tokens) to 2.5 s (262k)
-to build, so it is made once per loaded model (:class:`~eliza_backends.model_info.ModelInfo`)
-and shared by its sessions. Its tokenize function is llguidance's own greedy tokenization over
-the same vocabulary: the masks admit every tokenization of the allowed text, so tokenization is
-used only for llguidance's forced-text shortcuts and never calls back into a runtime (nothing
-native is touched after the weights are freed).
+to build, so it is made once per loaded model
+(:class:`~eliza_backends.backend.model_info.ModelInfo`) and shared by its sessions. Its tokenize
+function is llguidance's own greedy tokenization over the same vocabulary: the masks admit every
+tokenization of the allowed text, so tokenization is used only for llguidance's forced-text
+shortcuts and never calls back into a runtime (nothing native is touched after the weights are
+freed).
 """
 
 from __future__ import annotations
@@ -38,12 +39,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from .errors import BackendRuntimeError, InvalidArgumentError, UnsupportedOperationError
+from ..errors import (
+    BackendRuntimeError,
+    ConstraintError,
+    InvalidArgumentError,
+    UnsupportedOperationError,
+)
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from .model_info import ModelInfo
+    from ..backend.model_info import ModelInfo
 
 ConstraintKind = Literal["json_schema", "regex", "grammar"]
 
@@ -273,7 +279,9 @@ class ConstraintMatcher:
 
     def fill_mask(self) -> np.ndarray:
         """The ids allowed next, as a bool array of the vocabulary's size (read-only; valid
-        until the next :meth:`consume`). When the text is complete only the end ids are."""
+        until the next :meth:`consume`). When the text is complete only the end ids are.
+        Raises :class:`ConstraintError` when the engine gives up on the constraint (here or
+        in :meth:`consume`)."""
         if self._allowed is None:
             np = self._np
             bits = self._bits
@@ -301,10 +309,20 @@ class ConstraintMatcher:
         return bool(self._matcher.is_stopped())
 
     def _check(self) -> None:
-        if self._matcher.is_error():
-            raise BackendRuntimeError(f"the {self.constraint.kind} constraint failed: "
-                                      f"{self._matcher.get_error()}")
+        if not self._matcher.is_error():
+            return
+        error = str(self._matcher.get_error()).split("\n<state>")[0].strip()
+        if any(word in error.lower() for word in _LIMIT_WORDS):
+            raise ConstraintError(f"the {self.constraint.kind} constraint is beyond the "
+                                  f"constraint engine's limits ({error}); simplify it (fewer "
+                                  "alternatives or nesting levels)")
+        raise BackendRuntimeError(f"the {self.constraint.kind} constraint failed: {error}")
 
 
-__all__ = ["EXTRA", "Constraint", "ConstraintKind", "ConstraintMatcher", "TokenVocabulary",
+#: Words of llguidance's errors that say a parser limit was hit (the request's fault).
+_LIMIT_WORDS = ("max is", "limit", "too many", "too large", "too long", "exceeded")
+
+
+__all__ = ["EXTRA", "Constraint", "ConstraintError", "ConstraintKind", "ConstraintMatcher",
+           "TokenVocabulary",
            "check_compiles", "grammar_text", "model_vocabulary"]

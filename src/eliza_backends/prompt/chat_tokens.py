@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from .chat import TemplateError, check_messages, render_chat
 
 if TYPE_CHECKING:
-    from .backend import Session
+    from ..backend.session import Session
 
 
 def chat_token_ids(session: Session, template: str, messages: Sequence[Mapping[str, Any]],

@@ -24,14 +24,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..errors import InvalidArgumentError
 from .constraint import Constraint, ConstraintMatcher, TokenVocabulary, check_compiles
-from .errors import InvalidArgumentError
 from .logprobs import MAX_TOP_LOGPROBS, LogprobRecorder, RawLogprob
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from .config import StreamConfig
+    from ..config import StreamConfig
 
 
 @dataclass(frozen=True)

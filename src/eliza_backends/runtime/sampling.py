@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .config import StreamConfig
+from ..config import StreamConfig
 
 if TYPE_CHECKING:
     import numpy as np

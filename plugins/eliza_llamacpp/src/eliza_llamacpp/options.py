@@ -1,0 +1,46 @@
+"""The plugin's options model: what ``StreamConfig.options`` may say for it (no runtime import)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class LlamaCppOptions(BaseModel):
+    """``StreamConfig.options["llama.cpp"]``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    artifact: str | None = Field(None, description="GGUF file name under text/ (default: first).")
+    n_gpu_layers: int = Field(0, ge=-1, description="Layers to offload to a GPU build; -1 = all.")
+    use_mmap: bool | None = Field(
+        None, description="Map the weights (True) or read them (False); None lets llama.cpp "
+        "decide for the device (its default).")
+    n_ubatch: int | None = Field(None, ge=1, description="Physical batch size (default: batch).")
+    flash_attention: Literal["off", "on", "auto"] = Field(
+        "auto", description="llama.cpp's flash attention: auto (the default and llama.cpp's own: "
+        "on where the device supports it, as on CPUs), on, or off. With it a batch's attention "
+        "equals one token's bit for bit, so drafted (speculative) greedy output is the plain "
+        "greedy output; without it llama.cpp's batched attention rounds differently (max 0.26 "
+        "logit on SmolLM2 Q4_1 between a 2-token batch and a single token) and drafted output "
+        "left plain greedy at a near-tie (benchmarks/bench_draft_policy.py). Speed: neither is "
+        "reliably faster at short contexts on a 2-core x86 CPU "
+        "(benchmarks/bench_flash_attention.py).")
+    kv_cache_type: Literal["f16", "f32", "q8_0"] = Field(
+        "f16", description="Element type of the KV cache: f16 (llama.cpp's default), f32 (twice "
+        "the memory; what MLX and LiteRT keep, so an f32 GGUF's logprobs then agree with theirs "
+        "to ~1e-4 instead of ~1e-2), or q8_0 (half of f16; needs flash_attention on or auto, "
+        "as llama.cpp quantizes the V cache only with it).")
+    extra_buffers: bool | None = Field(
+        None, description="llama.cpp's extra CPU buffer types (AMX / repacked weights). Default: "
+        "on, except on CPUs with AMX, where llama-cpp-python 0.3.36's AMX matmul segfaults on "
+        "Q4_0 weights.")
+
+
+    @model_validator(mode="after")
+    def _quantized_cache_needs_flash_attention(self) -> LlamaCppOptions:
+        if self.kv_cache_type == "q8_0" and self.flash_attention == "off":
+            raise ValueError("kv_cache_type 'q8_0' needs flash_attention 'on' or 'auto' "
+                             "(llama.cpp quantizes the V cache only with flash attention)")
+        return self

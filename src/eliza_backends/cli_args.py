@@ -1,0 +1,143 @@
+"""The one validation layer for ``eliza-backends`` arguments, run before any model loads.
+
+Every bad argument, whether argparse finds it (an unknown flag, ``--port abc``, a missing
+positional) or the checks here do (``--port 70000``, ``--log-level bogus``, a sampling flag
+StreamConfig refuses, a path that is a symlink loop, ``bundle create`` onto a file, a ``--name``
+the manifest cannot hold), is an :class:`~eliza_backends.errors.InvalidArgumentError`: the CLI
+prints it as one line (``error: ... [ELIZA_ERR_INVALID_ARG]``) and exits with status 2. Nothing
+here imports a runtime or reads more than a path's ``stat``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+from .errors import InvalidArgumentError
+
+#: uvicorn's log levels that Python's logging knows too (``--log-level``).
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are :class:`InvalidArgumentError` (one line, no
+    usage dump) instead of a printed usage and ``SystemExit(2)``; its subparsers are too."""
+
+    def error(self, message: str) -> NoReturn:
+        raise InvalidArgumentError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def int_in(lo: int, hi: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type``: an int in ``lo..hi`` (``hi`` None: no upper bound)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < lo or (hi is not None and value > hi):
+            span = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+            raise argparse.ArgumentTypeError(f"{value} is out of range ({span})")
+        return value
+    parse.__name__ = "int"
+    return parse
+
+
+def float_in(lo: float, hi: float | None = None) -> Callable[[str], float]:
+    """An argparse ``type``: a finite float in ``lo..hi``."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value) or value < lo or (hi is not None and value > hi):
+            span = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+            raise argparse.ArgumentTypeError(f"{text} is out of range ({span})")
+        return value
+    parse.__name__ = "float"
+    return parse
+
+
+def check_input(path: str, what: str) -> None:
+    """``path`` must be a path that can be followed: no symlink loop, no component that is a
+    file, not too long. One that does not exist is left to the command, whose error says
+    what it expected there (a ``BundleError``, exit status 1)."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise InvalidArgumentError(f"{what} {path}: {exc.strerror or exc}") from None
+
+
+def check_output_dir(path: str, what: str) -> None:
+    """``path`` must be a folder or not exist yet, below a folder: never an existing file, a
+    symlink loop or dangling link, or a path below a file."""
+    p = Path(path).absolute()
+    try:
+        # the nearest of path and its parents that is there (a link counts, even a broken one)
+        there = next(a for a in (p, *p.parents) if os.path.lexists(a))
+        if not there.is_dir():
+            why = "is not a folder" if there == p else f"is below {there}, which is not a folder"
+            raise InvalidArgumentError(f"{what} {path} {why}; choose a new path or an "
+                                       "existing folder")
+    except OSError as exc:
+        raise InvalidArgumentError(f"{what} {path}: {exc.strerror or exc}") from None
+
+
+def check_stream_config(fields: dict[str, Any]) -> None:
+    """The sampling and size flags, validated as the :class:`StreamConfig` they become."""
+    from .config import StreamConfig
+
+    StreamConfig(**fields)
+
+
+def check_args(args: argparse.Namespace, stream_fields: Callable[[argparse.Namespace],
+                                                                  dict[str, Any]]) -> None:
+    """The checks argparse's types cannot make: paths, and values that are only valid
+    together (a StreamConfig). ``stream_fields(args)`` is the StreamConfig the flags ask
+    for. Raises :class:`InvalidArgumentError`."""
+    command = getattr(args, "command", None)
+    sub = getattr(args, "bundle_command", None)
+    if command in ("select", "generate", "chat", "bench", "serve"):
+        check_input(args.bundle, "BUNDLE")
+    if command in ("generate", "chat", "serve", "bench"):
+        check_stream_config(stream_fields(args))
+    if command == "bundle" and sub == "verify":
+        check_input(args.bundle, "BUNDLE")
+    if command == "bundle" and sub == "create":
+        check_output_dir(args.out, "OUT")
+        for path in [*args.artifacts, *(args.draft or ())]:
+            check_input(path, "ARTIFACT")
+        if args.name is not None:
+            from .bundle import check_bundle_name
+
+            check_bundle_name(args.name)
+    if command == "bundle" and sub == "convert":
+        check_input(args.src, "SRC")
+        check_output_dir(args.out, "OUT")
+        if args.work_dir is not None:
+            check_output_dir(args.work_dir, "--work-dir")
+        try:
+            lengths = [int(n) for n in args.prefill_lengths.split(",")]
+        except ValueError:
+            lengths = []
+        if not lengths or min(lengths) < 1:
+            raise InvalidArgumentError(f"--prefill-lengths takes N,N,... of positive ints "
+                                       f"(got {args.prefill_lengths!r})")
+        if args.name is not None:
+            from .bundle import check_bundle_name
+
+            check_bundle_name(args.name)
+        from .convert.pipeline import parse_plan
+
+        parse_plan(args.formats, args.precision or (), prefill_lengths=tuple(lengths),
+                   cache_length=args.cache_length, verify=args.verify, name=args.name,
+                   threads=args.threads, litert_tokenizer=args.litert_tokenizer)
+
+
+__all__ = ["LOG_LEVELS", "Parser", "check_args", "check_input", "check_output_dir",
+           "check_stream_config", "float_in", "int_in"]
