@@ -287,3 +287,38 @@ def test_explain_says_which_drafter_a_stream_would_use() -> None:
     assert "mtp" in str(report) and report.to_dict()["drafters"] == dict(report.drafters)
     tiny = explain(TINY_BUNDLE, backend="llama.cpp")
     assert tiny.drafters["mtp"].startswith("cannot:") and "MTP assistant" in tiny.drafters["mtp"]
+
+
+@pytest.mark.parametrize("flash", ["on", "off"])
+@pytest.mark.parametrize("cache", ["f16", "f32"])
+def test_mtp_reads_the_target_cache_in_every_layout(ctx: InferenceContext, flash: str,
+                                                    cache: str) -> None:
+    """The assistant reads the target's KV cache, whose layout (V transposed without flash
+    attention) and element type it must share: both contexts get the same settings, and the
+    drafts are as good in each."""
+    options = {"llama.cpp": {"flash_attention": flash, "kv_cache_type": cache}}
+    plain, _, _ = _run(ctx, PROMPTS[0], max_tokens=32, ignore_eos=True, options=options)
+    out, drafted, accepted = _run(ctx, PROMPTS[0], max_tokens=32, ignore_eos=True,
+                                  drafter="mtp", draft_length=3, draft_policy="fixed",
+                                  options=options)
+    assert out == plain and drafted > 0 and accepted / drafted >= 0.5
+
+
+def test_two_mtp_sessions_on_one_context_stay_apart(ctx: InferenceContext) -> None:
+    """Each session's assistant reads its own session's context (the weights are shared):
+    two sessions stepped in turn give each its own plain greedy tokens."""
+    expected = [_run(ctx, p, max_tokens=24, ignore_eos=True)[0] for p in PROMPTS[:2]]
+    cfg = {**BASE, "max_tokens": 24, "ignore_eos": True, "drafter": "mtp", "draft_length": 3}
+    with open_stream(ctx, backend="llama.cpp", **cfg) as a, \
+            open_stream(ctx, backend="llama.cpp", **cfg) as b:  # type: ignore[arg-type]
+        a.prefill(PROMPTS[0])
+        b.prefill(PROMPTS[1])
+        got: list[list[int]] = [[], []]
+        done = [False, False]
+        while not all(done):
+            for i, s in enumerate((a, b)):
+                if not done[i]:
+                    step = s.session.next()
+                    got[i] += step.tokens
+                    done[i] = step.final
+    assert got == expected
