@@ -322,3 +322,48 @@ def test_two_mtp_sessions_on_one_context_stay_apart(ctx: InferenceContext) -> No
                     got[i] += step.tokens
                     done[i] = step.final
     assert got == expected
+
+
+def test_an_interrupt_anywhere_inside_an_mtp_step_loses_nothing(ctx: InferenceContext) -> None:
+    """KeyboardInterrupt at the k-th line executed in the plugin or the core's loop (the
+    interrupt tests' fuzzer), across a whole drafted next() and prefill(): the history is
+    what the caller saw and the stream goes on with the plain greedy tokens, still drafting
+    (the staged hidden rows are rewound with the sequence)."""
+    from test_interrupts import Injector, _continue, _points
+
+    step, steps = 4, 6
+    cfg = {**BASE, "max_tokens": step * steps + 8, "ignore_eos": True, "drafter": "mtp",
+           "draft_length": 3, "draft_policy": "fixed"}
+    with open_stream(ctx, backend="llama.cpp", **cfg) as s:  # type: ignore[arg-type]
+        prompt = s.session.tokenize(PROMPTS[1], add_special=True)
+        s.prefill(prompt)
+        ref = [t for _ in range(steps) for t in s.session.next(step).tokens]
+        s.session.reset()
+        with Injector() as count_prefill:
+            s.prefill(prompt)
+        s.session.next(step)
+        with Injector() as count_next:
+            s.session.next(step)
+    fired = 0
+    for phase, count in (("next", count_next.count), ("prefill", count_prefill.count)):
+        for k in _points(count, 12):
+            with open_stream(ctx, backend="llama.cpp", **cfg) as stream:  # type: ignore
+                session = stream.session
+                got: list[int] = []
+                if phase == "next":
+                    session.prefill(prompt)
+                    got = list(session.next(step).tokens)
+                try:
+                    with Injector(k):
+                        if phase == "next":
+                            got += session.next(step).tokens
+                        else:
+                            session.prefill(prompt)
+                except KeyboardInterrupt:
+                    fired += 1
+                    assert list(session.history) == (prompt + got if phase == "next" else [])
+                    if phase == "prefill":
+                        session.prefill(prompt)
+                assert _continue(session, got, len(prompt), ref) == "same"
+                assert session.next(step).drafted > 0  # still drafting after the repair
+    assert fired > 0
