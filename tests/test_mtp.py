@@ -33,17 +33,10 @@ from eliza_backends import (
 from eliza_backends.backend import accept_sampled
 from eliza_backends.testing import SpeculativeChecks, generated_tokens, run_to_end
 
-
-def _mtp_bundle() -> Path:
-    """The tiny Gemma 4 bundle (target and assistant) once it ships, else this test's copy."""
-    for path in (ROOT / "examples" / "bundles" / "gemma4-tiny", ROOT / "tests" / "bundles" /
-                 "gemma4-mtp"):
-        if any((path / "text" / "draft").rglob("*.gguf")):
-            return path
-    return ROOT / "tests" / "bundles" / "gemma4-mtp"
-
-
-MTP_BUNDLE = _mtp_bundle()
+#: The pair these tests were validated on (its acceptance, its sampled-distribution margins):
+#: the tiny Gemma 4 family's first trained pair (tools/make_gemma4_tiny.py on the gemma4
+#: branch, 1200 + 600 steps), target and assistant as llama.cpp's converter wrote them.
+MTP_BUNDLE = ROOT / "tests" / "bundles" / "gemma4-mtp"
 #: Ordinary prompts of the tiny family (its training text: where its assistant was distilled)
 PROMPTS = [
     "We hold these truths to be self-evident,",
@@ -51,8 +44,6 @@ PROMPTS = [
     "The river does not hurry",
     "Four score and seven years ago",
 ]
-#: Text the tiny model never saw: it writes gibberish there and its assistant rarely agrees
-UNSEEN = "The old dog slept by the fire"
 BASE = {"threads": 1, "context_size": 512, "batch_size": 64}
 
 
