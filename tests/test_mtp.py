@@ -358,3 +358,17 @@ def test_an_interrupt_anywhere_inside_an_mtp_step_loses_nothing(ctx: InferenceCo
                 assert _continue(session, got, len(prompt), ref) == "same"
                 assert session.next(step).drafted > 0  # still drafting after the repair
     assert fired > 0
+
+
+def test_an_assistant_over_another_architecture_is_refused(tmp_path: Path) -> None:
+    """The assistant reuses its target's last KV layers: over a target of another architecture
+    (the tiny llama bundle) it is a BundleError before any context reads a foreign cache."""
+    import shutil
+
+    bundle = tmp_path / "mixed"
+    (bundle / "text" / "draft" / "mtp").mkdir(parents=True)
+    shutil.copy(next((TINY_BUNDLE / "text").glob("*.gguf")), bundle / "text")
+    shutil.copy(next((MTP_BUNDLE / "text" / "draft").rglob("*.gguf")),
+                bundle / "text" / "draft" / "mtp")
+    with pytest.raises(BundleError, match="assists gemma4 models"):
+        open_stream(bundle, backend="llama.cpp", threads=1, drafter="mtp")

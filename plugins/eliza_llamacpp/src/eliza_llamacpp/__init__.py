@@ -31,9 +31,10 @@ from .options import LlamaCppOptions
 
 __version__ = "0.1.0"
 
-#: Architectures of an MTP assistant over a target's context (``gemma4-assistant``: Gemma 4's);
-#: a header probe finds them under text/draft/ without importing llama_cpp.
-MTP_ARCHITECTURES = frozenset({"gemma4-assistant"})
+#: Architectures of an MTP assistant over a target's context (``gemma4-assistant``: Gemma 4's),
+#: each with the target architectures it can run over; a header probe finds them under
+#: text/draft/ without importing llama_cpp.
+MTP_ARCHITECTURES: dict[str, frozenset[str]] = {"gemma4-assistant": frozenset({"gemma4"})}
 
 _LIB_NAMES = {"linux": "libllama.so", "darwin": "libllama.dylib", "win32": "llama.dll"}
 

@@ -49,6 +49,13 @@ class MtpDrafter:
             raise BundleError(f"{name} is a {arch or 'unknown'} model, not an MTP assistant "
                               f"({', '.join(sorted(MTP_ARCHITECTURES))}); drafter='mtp' needs "
                               "the target's assistant (drafter='model' takes a draft model)")
+        # the assistant's attention reuses the target's last sliding and full KV layers: on a
+        # target of another architecture llama.cpp would read a cache of another shape
+        target_arch = architecture(target)
+        if target_arch not in MTP_ARCHITECTURES[arch]:
+            raise BundleError(f"{name} assists {' or '.join(sorted(MTP_ARCHITECTURES[arch]))} "
+                              f"models; the target {target.path.name} is a "
+                              f"{target_arch or 'unknown'} model")
         if assistant.info.vocab_size != target.info.vocab_size:
             raise BundleError(f"assistant {name} has {assistant.info.vocab_size} tokens, the "
                               f"target {target.info.vocab_size}: it belongs to another model")
