@@ -24,6 +24,7 @@ __all__ = [
     "litertlm_generate_text",
     "litertlm_tokenize",
     "llamacpp_greedy",
+    "llamacpp_mtp_greedy",
     "llamacpp_tokenize",
     "mlx_greedy",
     "tflite_greedy",
@@ -112,6 +113,146 @@ def llamacpp_tokenize(
     """llama.cpp's own tokenization of ``text`` (special-token strings parsed as tokens)."""
     llm = _llama(os.fspath(gguf_path), 512)
     return list(llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True))
+
+
+@lru_cache(maxsize=2)
+def _mtp_pair(target_path: str, assistant_path: str, n_ctx: int = 1024):
+    """A target context made with ``load_mtp`` that emits its post-norm hidden rows, and an MTP
+    context of the assistant over it (``ctx_type = MTP``, ``ctx_other = target``)."""
+    import llama_cpp as L
+    import llama_cpp.llama_cpp_ext as X
+
+    L.llama_backend_init()
+    mp = L.llama_model_default_params()
+    mp.load_mtp = True
+    tm = L.llama_model_load_from_file(target_path.encode(), mp)
+    am = L.llama_model_load_from_file(assistant_path.encode(), L.llama_model_default_params())
+    if not tm or not am:
+        raise ValueError(f"cannot load {target_path} / {assistant_path}")
+
+    def params(mtp_over=None):
+        cp = L.llama_context_default_params()
+        cp.n_ctx = cp.n_batch = cp.n_ubatch = n_ctx
+        cp.n_threads = cp.n_threads_batch = 1
+        if mtp_over is not None:
+            cp.ctx_type = L.LLAMA_CONTEXT_TYPE_MTP
+            cp.ctx_other = mtp_over
+            cp.n_outputs_max = 1
+        return cp
+
+    tctx = L.llama_init_from_model(tm, params())
+    actx = L.llama_init_from_model(am, params(tctx))
+    if not tctx or not actx:
+        raise ValueError("cannot create the target / MTP contexts")
+    X.llama_set_embeddings_nextn(tctx, True, False)
+    X.llama_set_embeddings_nextn(actx, True, False)
+    return tm, am, tctx, actx
+
+
+def _mtp_io(target_path: str, assistant_path: str, capacity: int) -> dict[str, Any]:
+    """The calls one MTP round needs, over :func:`_mtp_pair`'s contexts: ``decode_target(ids,
+    pos0)`` (logits and hidden rows for every token), ``draft(token, pos, h)`` -> (argmax,
+    assistant hidden row), ``top(i)`` / ``hidden(i)`` of the target's last batch, ``trim(p)``
+    (drop the target's KV from position p on), ``clear()`` and ``free()``."""
+    import ctypes
+
+    import llama_cpp as L
+    import llama_cpp.llama_cpp_ext as X
+    import numpy as np
+
+    tm, _am, tctx, actx = _mtp_pair(target_path, assistant_path)
+    n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(tm))
+    n_embd = L.llama_model_n_embd(tm)
+    mem = L.llama_get_memory(tctx)
+    tok_batch = L.llama_batch_init(capacity, 0, 1)
+    emb_batch = L.llama_batch_init(1, n_embd, 1)
+    emb_tokens = (L.llama_token * 1)()
+    emb_batch.token = ctypes.cast(emb_tokens, ctypes.POINTER(L.llama_token))
+
+    def fill(batch: Any, i: int, pos: int) -> None:
+        batch.pos[i] = pos
+        batch.n_seq_id[i] = 1
+        batch.seq_id[i][0] = 0
+        batch.logits[i] = 1
+
+    def decode_target(tokens: list[int], pos0: int) -> None:
+        tok_batch.n_tokens = len(tokens)
+        for i, t in enumerate(tokens):
+            tok_batch.token[i] = t
+            fill(tok_batch, i, pos0 + i)
+        if L.llama_decode(tctx, tok_batch) != 0:
+            raise RuntimeError("target decode failed")
+
+    def hidden_of(ctx: Any, i: int) -> Any:
+        return np.ctypeslib.as_array(X.llama_get_embeddings_nextn_ith(ctx, i),
+                                     shape=(n_embd,)).copy()
+
+    def top_of(ctx: Any, i: int) -> int:
+        return int(np.argmax(np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, i),
+                                                   shape=(n_vocab,))))
+
+    def draft(token: int, pos: int, h: Any) -> tuple[int, Any]:
+        emb_batch.n_tokens = 1
+        emb_tokens[0] = token
+        ctypes.memmove(emb_batch.embd, h.ctypes.data, n_embd * 4)
+        fill(emb_batch, 0, pos)
+        if L.llama_decode(actx, emb_batch) != 0:
+            raise RuntimeError("assistant decode failed")
+        return top_of(actx, 0), hidden_of(actx, 0)
+
+    def free() -> None:
+        L.llama_batch_free(tok_batch)
+        emb_batch.token = None  # (owned by Python, not by llama_batch_free)
+        L.llama_batch_free(emb_batch)
+
+    return {"decode_target": decode_target, "draft": draft,
+            "top": lambda i: top_of(tctx, i), "hidden": lambda i: hidden_of(tctx, i),
+            "trim": lambda p: L.llama_memory_seq_rm(mem, 0, p, -1),
+            "clear": lambda: L.llama_memory_clear(mem, True), "free": free}
+
+
+def llamacpp_mtp_greedy(
+    target_path: str | os.PathLike[str], assistant_path: str | os.PathLike[str],
+    prompt_ids: Sequence[int], n: int, k: int = 4,
+) -> tuple[list[int], int, int]:
+    """``n`` greedy ids after ``prompt_ids`` with Gemma 4's MTP assistant drafting up to ``k``
+    tokens a round, straight on llama-cpp-python's low-level API; returns (ids, drafted,
+    accepted).
+
+    As llama.cpp's ``common_speculative_impl_draft_mtp`` runs a shared-KV assistant: a round
+    drafts at one position p, first from the target's sampled token with the target's hidden
+    row at p-1, then from each drafted token with the assistant's own output row; the target
+    verifies the drafts in one batch (greedy) and its KV is trimmed after the first mismatch.
+    """
+    ids = list(prompt_ids)
+    io = _mtp_io(os.fspath(target_path), os.fspath(assistant_path), len(ids) + k + 1)
+    try:
+        io["clear"]()
+        io["decode_target"](ids, 0)
+        t, h = io["top"](len(ids) - 1), io["hidden"](len(ids) - 1)
+        out, pos = [t], len(ids)  # pos: position of t, not yet in the target's KV
+        drafted = accepted = 0
+        while len(out) < n:
+            drafts: list[int] = []
+            tok, hid = t, h
+            for _ in range(min(k, n - len(out))):
+                tok, hid = io["draft"](tok, pos, hid)
+                drafts.append(tok)
+            drafted += len(drafts)
+            io["decode_target"]([t, *drafts], pos)
+            verified = [io["top"](i) for i in range(len(drafts) + 1)]
+            m = 0
+            while m < len(drafts) and drafts[m] == verified[m]:
+                m += 1
+            accepted += m
+            h = io["hidden"](m)
+            io["trim"](pos + m + 1)
+            out += [*drafts[:m], verified[m]]
+            pos += m + 1
+            t = out[-1]
+        return out[:n], drafted, accepted
+    finally:
+        io["free"]()
 
 
 # --------------------------------------------------------------------------- MLX
@@ -291,5 +432,5 @@ def litertlm_tokenize(
 
 def clear_caches() -> None:
     """Forget every loaded model / engine (they are freed when no longer referenced)."""
-    for f in (_llama, _mlx_model, _tflite, _litertlm_engine):
+    for f in (_llama, _mtp_pair, _mlx_model, _tflite, _litertlm_engine):
         f.cache_clear()

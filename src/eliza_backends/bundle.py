@@ -8,6 +8,9 @@ A bundle is a directory::
     <bundle>/text/<dir>/            MLX weights folder (config.json + *.safetensors)
     <bundle>/text/*.mlpackage       Core ML (also *.mlmodelc)
     <bundle>/text/draft/...         smaller draft models for speculative decoding, same formats
+    <bundle>/text/draft/mtp/...     multi-token-prediction heads that read the target's state
+                                    (Gemma 4's assistant): role "draft", kind "mtp"; never
+                                    opened as a standalone draft model
 
 :func:`find_artifacts` is the probe a factory's ``can_serve`` uses: one directory listing, no
 file is opened. The manifest is checked by :func:`verify_bundle` (sizes and sha256) and written
@@ -38,9 +41,13 @@ from .errors import BundleError, InvalidArgumentError, Status
 MANIFEST_NAME = "manifest.json"
 TEXT_DIR = "text"
 DRAFT_DIR = "draft"
+MTP_DIR = "mtp"
 SCHEMA_VERSION: Final = 1
 
 ArtifactRole = Literal["model", "draft"]
+#: What a draft artifact is: a standalone smaller model (``"model"``, the default), or a
+#: multi-token-prediction head (``"mtp"``) that drafts from the target's hidden state and KV.
+DraftKind = Literal["model", "mtp"]
 
 
 @dataclass(frozen=True)
@@ -110,17 +117,21 @@ def artifact_format(path: Path) -> str | None:
 
 
 def find_artifacts(
-    bundle_dir: str | os.PathLike[str], formats: Iterable[str], *, role: ArtifactRole = "model"
+    bundle_dir: str | os.PathLike[str], formats: Iterable[str], *, role: ArtifactRole = "model",
+    kind: DraftKind = "model",
 ) -> list[Path]:
     """Artifacts of the given formats in the bundle, sorted by name; [] when there are none.
 
-    ``role="model"`` lists ``text/``; ``role="draft"`` lists ``text/draft/``. Never raises for a
-    missing directory (a probe answers "no"), never opens a model file.
+    ``role="model"`` lists ``text/``; ``role="draft"`` lists ``text/draft/`` (with
+    ``kind="mtp"``: ``text/draft/mtp/``). Never raises for a missing directory (a probe
+    answers "no"), never opens a model file.
     """
     wanted = set(formats)
     base = Path(bundle_dir) / TEXT_DIR
     if role == "draft":
         base = base / DRAFT_DIR
+        if kind == "mtp":
+            base = base / MTP_DIR
     try:
         entries = sorted(os.scandir(base), key=lambda e: e.name)
     except OSError:
@@ -171,6 +182,9 @@ class ArtifactRecord(BaseModel):
     format: str
     backend: str | None
     role: ArtifactRole = "model"
+    #: ``"mtp"`` for a multi-token-prediction head under ``text/draft/mtp/``; None otherwise
+    #: (left out of ``manifest.json``)
+    kind: DraftKind | None = None
     files: tuple[FileRecord, ...]
 
     @property
@@ -276,7 +290,10 @@ def scan_artifacts(bundle_dir: str | os.PathLike[str]) -> list[ArtifactRecord]:
     if not (root / TEXT_DIR).is_dir():
         raise BundleError(f"{root} has no {TEXT_DIR}/ directory; put the model artifacts there")
     records = []
-    for role, base in (("model", root / TEXT_DIR), ("draft", root / TEXT_DIR / DRAFT_DIR)):
+    draft = root / TEXT_DIR / DRAFT_DIR
+    places: tuple[tuple[ArtifactRole, DraftKind | None, Path], ...] = (
+        ("model", None, root / TEXT_DIR), ("draft", None, draft), ("draft", "mtp", draft / MTP_DIR))
+    for role, kind, base in places:
         if not base.is_dir():
             continue
         entries = sorted(base.iterdir())
@@ -288,7 +305,7 @@ def scan_artifacts(bundle_dir: str | os.PathLike[str]) -> list[ArtifactRecord]:
                 if is_sidecar(entry) and entry not in claimed:
                     records.append(ArtifactRecord(
                         path=entry.relative_to(root).as_posix(), format=SIDECAR_FORMAT,
-                        backend=None, role=role,  # type: ignore[arg-type]
+                        backend=None, role=role, kind=kind,
                         files=tuple(_artifact_files(root, entry))))
                 continue
             files = _artifact_files(root, entry)
@@ -296,8 +313,7 @@ def scan_artifacts(bundle_dir: str | os.PathLike[str]) -> list[ArtifactRecord]:
                 files += _artifact_files(root, side)
             records.append(ArtifactRecord(
                 path=entry.relative_to(root).as_posix(), format=fmt,
-                backend=FORMATS[fmt].backend, role=role,  # type: ignore[arg-type]
-                files=tuple(files),
+                backend=FORMATS[fmt].backend, role=role, kind=kind, files=tuple(files),
             ))
     if not any(r.role == "model" and r.format != SIDECAR_FORMAT for r in records):
         known = ", ".join(f.description for f in FORMATS.values())
@@ -320,7 +336,11 @@ def write_manifest(bundle_dir: str | os.PathLike[str], *,
     manifest = BundleManifest(name=name or root.resolve().name,
                               artifacts=tuple(scan_artifacts(root)))
     tmp = root / f".{MANIFEST_NAME}.tmp"
-    tmp.write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    data = manifest.model_dump(mode="json")
+    for art in data["artifacts"]:  # manifests without MTP heads keep their old shape
+        if art["kind"] is None:
+            del art["kind"]
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     os.replace(tmp, root / MANIFEST_NAME)
     return manifest
 
@@ -489,6 +509,7 @@ __all__ = [
     "ArtifactFormat",
     "ArtifactRecord",
     "BundleManifest",
+    "DraftKind",
     "FileRecord",
     "ImplicitBundle",
     "artifact_format",
