@@ -12,7 +12,7 @@ at fixed k), the target's batch cost curve and the MTP drafting cost per token (
 target decodes; each the fastest of many timings, :func:`clean_costs`: the policy's own running
 estimates follow whole rounds on a shared machine and are noisier) and the speed-up bound
 ``max_k yield(a, k) / (cost(k + 1) + k * draft_cost)``
-(:func:`eliza_backends.draft_policy.speedup_bound`, ``a`` the per-position acceptance); the
+(:func:`eliza_backends.runtime.draft_policy.speedup_bound`, ``a`` the per-position acceptance); the
 bound leaves out the per-round Python work (acceptance, staging, the loop). Every run's tokens
 are compared with the plain greedy ones (``same``: every
 drafted contender gave them; a batched verify pass can round a near-tie differently from a
@@ -39,7 +39,7 @@ from bench_llamacpp import paired_ratio
 from harness import cell, emit, format_table, interleave, summarize
 
 from eliza_backends import InferenceContext, open_stream
-from eliza_backends.draft_policy import speedup_bound
+from eliza_backends.runtime.draft_policy import speedup_bound
 
 PROMPTS = [
     "Once upon a time there was a little robot who wanted to learn",

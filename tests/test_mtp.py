@@ -33,10 +33,9 @@ from eliza_backends import (
 from eliza_backends.backend import accept_sampled
 from eliza_backends.testing import SpeculativeChecks, generated_tokens, run_to_end
 
-#: The pair these tests were validated on (its acceptance, its sampled-distribution margins):
-#: the tiny Gemma 4 family's first trained pair (tools/make_gemma4_tiny.py on the gemma4
-#: branch, 1200 + 600 steps), target and assistant as llama.cpp's converter wrote them.
-MTP_BUNDLE = ROOT / "tests" / "bundles" / "gemma4-mtp"
+#: The tiny Gemma 4 family (tools/make_gemma4_tiny.py): its target and gemma4_assistant as
+#: llama.cpp's converter wrote them (text/draft/mtp/).
+MTP_BUNDLE = ROOT / "examples" / "bundles" / "gemma4-tiny"
 #: Ordinary prompts of the tiny family (its training text: where its assistant was distilled)
 PROMPTS = [
     "We hold these truths to be self-evident,",
@@ -181,7 +180,8 @@ def test_mtp_sampling_keeps_the_target_distribution(ctx: InferenceContext, rule:
     a drafter (total variation over 600 seeds, as for the n-gram and model drafters). Top-k 2
     at temperature 3 keeps the outcomes few and the drafts' probabilities away from 1, so the
     check has power: a rule biased towards the drafts (``rule="biased"``) is caught (measured
-    here: 0.025 with the standard rule, 0.12 with the biased one)."""
+    on the tiny family: 0.008 with the standard rule, 0.082 with the biased one; on an earlier
+    trained pair 0.025 and 0.12)."""
     import eliza_llamacpp.session as llama_session
 
     if rule == "biased":
@@ -204,9 +204,9 @@ def test_mtp_sampling_keeps_the_target_distribution(ctx: InferenceContext, rule:
     tv = 0.5 * sum(abs(a[k] - b[k]) for k in set(a) | set(b)) / seeds
     assert drafted >= seeds and accepted > drafted // 2  # the rule is exercised
     if rule == "standard":
-        assert tv < 0.07, (tv, a.most_common(4), b.most_common(4))
+        assert tv < 0.045, (tv, a.most_common(4), b.most_common(4))
     else:
-        assert tv > 0.07, (tv, a.most_common(4), b.most_common(4))
+        assert tv > 0.045, (tv, a.most_common(4), b.most_common(4))
 
 
 def test_mtp_without_an_assistant_is_a_bundle_error() -> None:
