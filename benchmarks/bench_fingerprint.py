@@ -6,7 +6,7 @@ Rows, each in a fresh process (median [min-max] of ``--repeat``):
 
 - ``sampled (98aaa27)``: the old fingerprint, sha256 of size + first and last MiB (it missed
   any change in between);
-- ``full, first time``: :func:`eliza_backends.runtime.slots.fingerprint_artifact` with an empty
+- ``full, first time``: :func:`eliza_backends.hashing.fingerprint_artifact` with an empty
 cache:
   sha256 of every byte;
 - ``full, cached``: the same in a new process once the on-disk cache holds the entry (a
@@ -42,7 +42,7 @@ print(time.perf_counter() - t)
 """
 FULL = """
 import sys, time
-from eliza_backends.runtime.slots import fingerprint_artifact
+from eliza_backends.hashing import fingerprint_artifact
 t = time.perf_counter()
 fingerprint_artifact(sys.argv[1])
 print(time.perf_counter() - t)

@@ -10,7 +10,7 @@ import pytest
 from conftest import TINY_BUNDLE
 
 from eliza_backends import SlotError, open_stream
-from eliza_backends.runtime.slots import fingerprint_artifact
+from eliza_backends.hashing import fingerprint_artifact
 
 pytest.importorskip("llama_cpp")
 

@@ -12,7 +12,8 @@ from test_convert import _spm_facts
 from eliza_backends.convert.tokenizer_build import sentencepiece_model
 from eliza_backends.prompt.hf_tokenizer import HFTokenizer
 from eliza_backends.prompt.sp_tokenizer import SPTokenizer
-from eliza_backends.prompt.tokenizer import find_tokenizer, load_tokenizer, tokenizer_facts
+from eliza_backends.prompt.tokenizer import tokenizer_facts
+from eliza_backends.prompt.tokenizers import find_tokenizer, load_tokenizer
 
 
 def test_find_tokenizer_searches_one_order_for_both_formats(tmp_path: Path) -> None:

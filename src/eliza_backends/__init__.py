@@ -15,7 +15,57 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # what the names in _LAZY are, for type checkers (tests/test_public_api.py)
+# One import per module, each name re-exported with ``as`` (mypy --strict's explicit re-export).
+# isort: off
+if TYPE_CHECKING:  # what the names in _LAZY are, for type checkers (tests/test_layout.py)
+    from .errors import (
+        BackendRuntimeError as BackendRuntimeError,
+        BackendSelectionError as BackendSelectionError,
+        BundleError as BundleError,
+        CancelledError as CancelledError,
+        ContextFullError as ContextFullError,
+        ElizaError as ElizaError,
+        InvalidArgumentError as InvalidArgumentError,
+        PluginError as PluginError,
+        SessionBusyError as SessionBusyError,
+        SessionClosedError as SessionClosedError,
+        SlotError as SlotError,
+        Status as Status,
+        UnsupportedOperationError as UnsupportedOperationError,
+        TemplateError as TemplateError,
+        TemplateLimitError as TemplateLimitError,
+    )
+    from .backend.types import (
+        Availability as Availability,
+        Capabilities as Capabilities,
+        Decoded as Decoded,
+        Step as Step,
+    )
+    from .backend.factory import (
+        Factory as Factory,
+    )
+    from .backend.session import (
+        Session as Session,
+    )
+    from .bundle import (
+        BundleManifest as BundleManifest,
+        create_bundle as create_bundle,
+        load_manifest as load_manifest,
+        verify_bundle as verify_bundle,
+        write_manifest as write_manifest,
+    )
+    from .prompt.chat import (
+        RenderLimits as RenderLimits,
+        render_chat as render_chat,
+    )
+    from .openai.completions import (
+        chat_completion as chat_completion,
+        completion as completion,
+    )
+    from .config import (
+        StreamConfig as StreamConfig,
+        StreamOverrides as StreamOverrides,
+    )
     from .backend.context import (
         InferenceContext as InferenceContext,
     )
@@ -25,141 +75,26 @@ if TYPE_CHECKING:  # what the names in _LAZY are, for type checkers (tests/test_
     from .backend.model_info import (
         ModelInfo as ModelInfo,
     )
-    from .backend.session import (
-        Availability as Availability,
-    )
-    from .backend.session import (
-        Capabilities as Capabilities,
-    )
-    from .backend.session import (
-        Decoded as Decoded,
-    )
-    from .backend.session import (
-        Factory as Factory,
-    )
-    from .backend.session import (
-        Session as Session,
-    )
-    from .backend.session import (
-        Step as Step,
-    )
-    from .bundle import (
-        BundleManifest as BundleManifest,
-    )
-    from .bundle import (
-        create_bundle as create_bundle,
-    )
-    from .bundle import (
-        load_manifest as load_manifest,
-    )
-    from .bundle import (
-        verify_bundle as verify_bundle,
-    )
-    from .bundle import (
-        write_manifest as write_manifest,
-    )
-    from .config import (
-        StreamConfig as StreamConfig,
-    )
-    from .config import (
-        StreamOverrides as StreamOverrides,
-    )
-    from .errors import (
-        BackendRuntimeError as BackendRuntimeError,
-    )
-    from .errors import (
-        BackendSelectionError as BackendSelectionError,
-    )
-    from .errors import (
-        BundleError as BundleError,
-    )
-    from .errors import (
-        CancelledError as CancelledError,
-    )
-    from .errors import (
-        ContextFullError as ContextFullError,
-    )
-    from .errors import (
-        ElizaError as ElizaError,
-    )
-    from .errors import (
-        InvalidArgumentError as InvalidArgumentError,
-    )
-    from .errors import (
-        PluginError as PluginError,
-    )
-    from .errors import (
-        SessionBusyError as SessionBusyError,
-    )
-    from .errors import (
-        SessionClosedError as SessionClosedError,
-    )
-    from .errors import (
-        SlotError as SlotError,
-    )
-    from .errors import (
-        Status as Status,
-    )
-    from .errors import (
-        UnsupportedOperationError as UnsupportedOperationError,
-    )
-    from .openai.completions import (
-        chat_completion as chat_completion,
-    )
-    from .openai.completions import (
-        completion as completion,
-    )
-    from .prompt.chat import (
-        RenderLimits as RenderLimits,
-    )
-    from .prompt.chat import (
-        TemplateError as TemplateError,
-    )
-    from .prompt.chat import (
-        TemplateLimitError as TemplateLimitError,
-    )
-    from .prompt.chat import (
-        render_chat as render_chat,
-    )
     from .registry import (
         BackendInfo as BackendInfo,
-    )
-    from .registry import (
         Registry as Registry,
-    )
-    from .registry import (
         list_backends as list_backends,
-    )
-    from .registry import (
         plugin_problems as plugin_problems,
     )
     from .selector import (
         SelectionReport as SelectionReport,
-    )
-    from .selector import (
         explain as explain,
-    )
-    from .selector import (
         select as select,
     )
     from .stream import (
         Stream as Stream,
-    )
-    from .stream import (
         StreamMetrics as StreamMetrics,
-    )
-    from .stream import (
         aopen_stream as aopen_stream,
-    )
-    from .stream import (
         generate as generate,
-    )
-    from .stream import (
         generate_chat as generate_chat,
-    )
-    from .stream import (
         open_stream as open_stream,
     )
+# isort: on
 
 #: The public names, each with the module (relative to this package)
 #: that defines it: the one table. A name is imported on first use (PEP 562), so
@@ -178,20 +113,20 @@ _LAZY: dict[str, str] = {
     "SlotError": "errors",
     "Status": "errors",
     "UnsupportedOperationError": "errors",
-    "Availability": "backend.session",
-    "Capabilities": "backend.session",
-    "Decoded": "backend.session",
-    "Factory": "backend.session",
+    "TemplateError": "errors",
+    "TemplateLimitError": "errors",
+    "Availability": "backend.types",
+    "Capabilities": "backend.types",
+    "Decoded": "backend.types",
+    "Factory": "backend.factory",
     "Session": "backend.session",
-    "Step": "backend.session",
+    "Step": "backend.types",
     "BundleManifest": "bundle",
     "create_bundle": "bundle",
     "load_manifest": "bundle",
     "verify_bundle": "bundle",
     "write_manifest": "bundle",
     "RenderLimits": "prompt.chat",
-    "TemplateError": "prompt.chat",
-    "TemplateLimitError": "prompt.chat",
     "render_chat": "prompt.chat",
     "chat_completion": "openai.completions",
     "completion": "openai.completions",

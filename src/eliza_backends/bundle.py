@@ -23,7 +23,6 @@ one-artifact bundle of symbolic links in a temporary folder, without copying a b
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -35,8 +34,8 @@ from typing import Annotated, Final, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from .config import describe_validation_error
-from .errors import BundleError, InvalidArgumentError, Status
+from .errors import BundleError, InvalidArgumentError, Status, describe_validation_error
+from .hashing import sha256_file
 
 MANIFEST_NAME = "manifest.json"
 TEXT_DIR = "text"
@@ -245,15 +244,6 @@ def load_manifest(bundle_dir: str | os.PathLike[str]) -> BundleManifest:
         return BundleManifest.model_validate(data)
     except ValidationError as exc:
         raise BundleError(describe_validation_error(exc, str(path))) from None
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    """Hex sha256 of a file, read in 1 MiB chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _artifact_files(bundle_root: Path, artifact: Path) -> list[FileRecord]:
@@ -521,7 +511,6 @@ __all__ = [
     "load_manifest",
     "not_a_bundle",
     "scan_artifacts",
-    "sha256_file",
     "sidecars_of",
     "verify_bundle",
     "write_manifest",

@@ -27,7 +27,7 @@ from pydantic import (
     model_validator,
 )
 
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, describe_validation_error
 
 DrafterKind = Literal["none", "ngram", "model", "mtp"]
 
@@ -193,17 +193,4 @@ class StreamOverrides(TypedDict, total=False):
     options: Mapping[str, Mapping[str, Any]]
 
 
-def describe_validation_error(exc: ValidationError, what: str) -> str:
-    """One readable message for a pydantic error: each problem on its own line."""
-    problems = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or what
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown field (check the spelling; see the field list in the docs)"
-        problems.append(f"{where}: {msg}")
-    return f"invalid {what}: " + "; ".join(problems)
-
-
-__all__ = ["GREEDY_TEMPERATURE", "DrafterKind", "StreamConfig", "StreamOverrides",
-           "describe_validation_error"]
+__all__ = ["GREEDY_TEMPERATURE", "DrafterKind", "StreamConfig", "StreamOverrides"]

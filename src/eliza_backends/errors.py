@@ -1,4 +1,4 @@
-"""Status codes and the typed exception tree.
+"""Status codes and the typed exception tree: every exception this library raises is here.
 
 The seed's C ABI returns ``>= 0`` on success and a negative ``ELIZA_*`` constant on failure. In
 Python every failure is an :class:`ElizaError` carrying that code, so callers can catch at the
@@ -6,11 +6,40 @@ level they care about (``ElizaError`` for everything, a subclass for one kind of
 host that still speaks the C ABI can map an exception back to its status with ``error.code``.
 
 Every message says what went wrong *and* what to do about it.
+
+The hierarchy (status code in brackets)::
+
+    ElizaError                          [ERR_RUNTIME unless a subclass says otherwise]
+    ├── InvalidArgumentError (ValueError)   [ERR_INVALID_ARG]
+    │   ├── ContextFullError                [ERR_CONTEXT_FULL]
+    │   ├── ConstraintError                 the constraint engine gave up mid-generation
+    │   ├── TemplateError                   chat template failed or broke the sandbox
+    │   │   └── TemplateLimitError          ran past a RenderLimits bound
+    │   └── RequestError                    an OpenAI-shaped request that does not validate
+    ├── CancelledError                  [ERR_CANCELLED]
+    ├── BackendSelectionError           [ERR_BACKEND_UNAVAILABLE]
+    ├── MissingToolError                [ERR_BACKEND_UNAVAILABLE] a converter tool is missing
+    ├── BundleError                     [ERR_BUNDLE]
+    ├── SlotError                       [ERR_SLOT]
+    ├── UnsupportedOperationError       [ERR_UNSUPPORTED]
+    ├── SessionClosedError              [ERR_CLOSED]
+    ├── SessionBusyError                [ERR_BUSY]
+    ├── PoolFullError                   [ERR_BUSY] the server's pool and queue are full (429)
+    ├── PoolClosedError                 [ERR_CLOSED] the server's pool is shutting down (503)
+    ├── PluginError                     [ERR_PLUGIN]
+    └── BackendRuntimeError             [ERR_RUNTIME]
+
+:func:`describe_validation_error` turns a pydantic ``ValidationError`` into the one-line
+message these exceptions carry (this module imports nothing but the standard library).
 """
 
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 
 class Status(IntEnum):
@@ -132,6 +161,55 @@ class BackendRuntimeError(ElizaError):
     default_code = Status.ERR_RUNTIME
 
 
+class TemplateError(InvalidArgumentError):
+    """A chat template failed to compile or render, or tried something the sandbox forbids."""
+
+
+class TemplateLimitError(TemplateError):
+    """A chat template ran past a :class:`~eliza_backends.prompt.chat.RenderLimits` bound
+    (time, memory, output)."""
+
+
+class RequestError(InvalidArgumentError):
+    """A request that does not validate; ``param`` is the field OpenAI's error body names."""
+
+    def __init__(self, message: str, *, param: str | None,
+                 error_code: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+        self.error_code = error_code
+
+
+class MissingToolError(ElizaError):
+    """A converter tool is not installed (``ELIZA_ERR_BACKEND_UNAVAILABLE``)."""
+
+    default_code = Status.ERR_BACKEND_UNAVAILABLE
+
+
+class PoolFullError(ElizaError):
+    """Every session is busy and the wait queue is full: retry later (HTTP 429)."""
+
+    default_code = Status.ERR_BUSY
+
+
+class PoolClosedError(ElizaError):
+    """The pool is shutting down and takes no new requests (HTTP 503)."""
+
+    default_code = Status.ERR_CLOSED
+
+
+def describe_validation_error(exc: ValidationError, what: str) -> str:
+    """One readable message for a pydantic error: each problem on its own line."""
+    problems = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or what
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field (check the spelling; see the field list in the docs)"
+        problems.append(f"{where}: {msg}")
+    return f"invalid {what}: " + "; ".join(problems)
+
+
 __all__ = [
     "BackendRuntimeError",
     "BackendSelectionError",
@@ -141,10 +219,17 @@ __all__ = [
     "ContextFullError",
     "ElizaError",
     "InvalidArgumentError",
+    "MissingToolError",
     "PluginError",
+    "PoolClosedError",
+    "PoolFullError",
+    "RequestError",
     "SessionBusyError",
     "SessionClosedError",
     "SlotError",
     "Status",
+    "TemplateError",
+    "TemplateLimitError",
     "UnsupportedOperationError",
+    "describe_validation_error",
 ]

@@ -21,7 +21,8 @@ from typing import Any
 import pluggy
 
 from .backend import hookspecs
-from .backend.session import Availability, Factory
+from .backend.factory import Factory
+from .backend.types import Availability
 
 PLUGINS_ENV = "ELIZA_BACKENDS_PLUGINS"
 

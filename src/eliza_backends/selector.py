@@ -24,7 +24,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from .backend.session import Availability, Factory
+from .backend.factory import Factory
+from .backend.types import Availability
 from .bundle import FORMATS, ImplicitBundle, artifact_format, find_artifacts, is_bundle_dir
 from .errors import BackendSelectionError, Status
 from .registry import Registry, default_registry, safe_available, safe_rank

@@ -17,7 +17,8 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .backend.session import Session, Step, check_output_support
+from .backend.session import Session
+from .backend.types import Step, check_output_support
 
 if TYPE_CHECKING:
     import asyncio
@@ -209,6 +210,12 @@ class Stream:
         foreign or damaged file raises :class:`SlotError` and leaves the stream as it was.
         The next :meth:`prefill_messages` reuses the restored tokens."""
         self.session.restore_slot(path)
+
+    def set_turn(self, *, max_tokens: int | None = None,
+                 stop: str | Sequence[str] | None = None) -> None:
+        """The budget and stop strings of the next turns (from the next prefill on; None: the
+        config's), e.g. a request's own; see :meth:`Session.set_turn`."""
+        self.session.set_turn(max_tokens=max_tokens, stop=stop)
 
     def next(self, max_tokens: int | None = None) -> Step:
         """One step: up to ``max_tokens`` tokens (default ``config.tokens_per_step``)."""

@@ -44,7 +44,9 @@ from typing import Any, ClassVar
 import pytest
 
 from .backend.context import InferenceContext
-from .backend.session import Capabilities, Factory, Session, Step
+from .backend.factory import Factory
+from .backend.session import Session
+from .backend.types import Capabilities, Step
 from .config import StreamConfig
 from .errors import (
     BundleError,

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from eliza_backends.runtime.slots import cache_dir as slots_cache_dir
+from eliza_backends.hashing import cache_dir as slots_cache_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 ENABLED = os.environ.get("ELIZA_REAL_MODELS") == "1"

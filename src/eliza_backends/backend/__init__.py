@@ -26,13 +26,8 @@ from __future__ import annotations
 from ..bundle import find_artifacts
 from ..prompt.hf_tokenizer import HFTokenizer
 from ..prompt.sp_tokenizer import SPTokenizer
-from ..prompt.tokenizer import (
-    Tokenizer,
-    TokenizerFacts,
-    find_tokenizer,
-    load_tokenizer,
-    tokenizer_facts,
-)
+from ..prompt.tokenizer import Tokenizer, TokenizerFacts, tokenizer_facts
+from ..prompt.tokenizers import find_tokenizer, load_tokenizer
 from ..runtime.kv_cursor import KVCursor
 from ..runtime.sampling import Sampler
 from ..runtime.speculative import (
@@ -44,10 +39,12 @@ from ..runtime.speculative import (
     accept_sampled,
 )
 from .context import InferenceContext
+from .factory import Factory
 from .hookspecs import hookimpl
 from .model_info import ModelInfo
 from .native_output import native_exit_to_logging, native_stderr_to_logging, quiet_by_default
-from .session import Availability, Capabilities, Decoded, Factory, FinishReason, Session, Step
+from .session import Session
+from .types import Availability, Capabilities, Decoded, FinishReason, Step
 
 __all__ = [
     "Availability",

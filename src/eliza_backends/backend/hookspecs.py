@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
-    from .session import Factory
+    from .factory import Factory
 
 PROJECT_NAME = "eliza_backends"
 #: The entry-point group plugins register under (also the pluggy project name).

@@ -20,7 +20,7 @@ from functools import cached_property
 from pathlib import Path
 
 from ..errors import UnsupportedOperationError
-from ..runtime.slots import fingerprint_artifact
+from ..hashing import fingerprint_artifact
 
 
 @dataclass(frozen=True, eq=False)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BundleError
+from ..hashing import sha256_file
 from .gguf_source import ModelFacts, TokenizerFacts, f32_value
 
 #: Hugging Face ``model_type`` -> GGUF architecture
@@ -100,8 +101,6 @@ class HFSource:
     def content_sha256(self) -> str:
         """sha256 over the names and sha256s of the weight, config and tokenizer files: the
         folder's identity for the conversion cache."""
-        from ..bundle import sha256_file
-
         h = hashlib.sha256()
         keyed = [self.path / n for n in _KEYED if (self.path / n).is_file()]
         for f in sorted(set(keyed + self.weight_files)):

@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..bundle import TEXT_DIR, sha256_file, write_manifest
+from ..bundle import TEXT_DIR, write_manifest
 from ..errors import BackendRuntimeError, InvalidArgumentError
+from ..hashing import cache_dir, sha256_file
 from . import toolchain
 from .stages import StageRunner
 
@@ -51,9 +52,7 @@ _TOOLS = {"gguf": "gguf", "mlx": "mlx", "litert": "litert", "coreml": "coreml"}
 
 def default_cache_dir() -> Path:
     """``$ELIZA_CACHE_DIR`` or ``$XDG_CACHE_HOME/eliza-backends`` (``~/.cache/...``): the one
-    cache root of :func:`eliza_backends.runtime.slots.cache_dir`."""
-    from ..runtime.slots import cache_dir
-
+    cache root of :func:`eliza_backends.hashing.cache_dir`."""
     return cache_dir()
 
 

@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..errors import ElizaError, Status
+from ..errors import MissingToolError
 
 EXTRA = "convert"
 
@@ -35,12 +35,6 @@ NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
 VERSIONED = ("gguf", "llama-cpp-python", "safetensors", "sentencepiece", "tokenizers", "mlx",
              "mlx-lm", "torch", "transformers", "litert-lm-builder",
              "ai-edge-litert", "litert-lm-api", "coremltools", "numpy")
-
-
-class MissingToolError(ElizaError):
-    """A converter tool is not installed (``ELIZA_ERR_BACKEND_UNAVAILABLE``)."""
-
-    default_code = Status.ERR_BACKEND_UNAVAILABLE
 
 
 def missing(what: str) -> list[str]:

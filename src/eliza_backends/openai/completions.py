@@ -22,8 +22,9 @@ tool-call replies are parsed back by :func:`eliza_backends.openai.tools.parse_re
 
 Who does what: the session settings that a runtime bakes in when a session opens (sampling:
 temperature, top-p/k, min-p, repeat penalty, seed) come from :func:`session_config`; the
-per-request budget (``max_tokens``) and ``stop`` strings are applied here, per turn, so one
-session serves requests with any budget and stop strings without reopening.
+per-request budget (``max_tokens``) and ``stop`` strings are set on the session per turn
+(``Session.set_turn``), so one session serves requests with any budget and stop strings
+without reopening.
 """
 
 from __future__ import annotations
@@ -34,10 +35,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, overload
 
 from ..backend.context import InferenceContext
-from ..backend.session import FinishReason
+from ..backend.types import FinishReason
 from ..config import StreamConfig
 from ..errors import ContextFullError, InvalidArgumentError
-from ..runtime.text import TextAssembler
 from ..stream import Stream, open_stream
 from ..structured.logits import OutputSpec
 from ..structured.logprobs import TokenLogprob
@@ -111,10 +111,10 @@ def session_key(config: StreamConfig) -> tuple[tuple[str, Any], ...]:
 
 def serving_config(config: StreamConfig | Mapping[str, Any] | None = None, **overrides: Any
                    ) -> StreamConfig:
-    """A config for sessions that serve requests: the budget is the whole context window and
-    there are no stop strings, because :class:`Generation` applies each request's own."""
-    cfg = StreamConfig.build(config, **overrides)
-    return StreamConfig.build(cfg, max_tokens=cfg.context_size, stop=())
+    """The config of sessions that serve requests: ``config`` with ``overrides``. Its budget
+    and stop strings do not matter: :class:`Generation` sets each request's own on the
+    session, per turn (``Session.set_turn``)."""
+    return StreamConfig.build(config, **overrides)
 
 
 class Generation:
@@ -160,8 +160,7 @@ class Generation:
         self.parts: list[str] = []
         self.started_at: float | None = None  # time.perf_counter() at start()
         self.first_token_at: float | None = None
-        self._assembler = TextAssembler(stop)
-        self._budget = 0
+        self.stop = tuple(stop)
 
     def _prompt_ids(self) -> list[int]:
         prompt = self.prompt
@@ -205,10 +204,10 @@ class Generation:
                 f" were requested ({len(ids)} in the prompt, {self.max_tokens} in max_tokens): "
                 "lower max_tokens, shorten the prompt, or use a larger context size")
         self.stream.session.set_output(self.output)
+        self.stream.set_turn(max_tokens=self.max_tokens or window - len(ids), stop=self.stop)
         prefilled = self.stream.prefill_reusing(ids)
         self.prompt_tokens = len(ids)
         self.cached_tokens = len(ids) - prefilled
-        self._budget = self.max_tokens or window - len(ids)
 
     @property
     def done(self) -> bool:
@@ -222,26 +221,17 @@ class Generation:
         if self.finish_reason is not None:
             return ""
         self.stream.check_generation(self)
-        per_step = self.stream.config.tokens_per_step
-        try:
-            step = self.stream.next(max(1, min(per_step,
-                                               self._budget - self.completion_tokens)))
+        try:  # (the turn's budget caps the step)
+            step = self.stream.next(self.stream.config.tokens_per_step)
         except BaseException:
             self.stream.end_generation(self)  # a failed step ends the completion
             raise
         if step.tokens and self.first_token_at is None:
             self.first_token_at = time.perf_counter()
         self.completion_tokens += len(step.tokens)
-        assembler = self._assembler
-        text = assembler.push(step.text.encode("utf-8"))
-        if assembler.stopped:
-            self.finish_reason = "stop"
-        elif step.final:
-            text += assembler.flush()
+        text = step.text  # (the session's turn ends at the request's stop strings and budget)
+        if step.final:
             self.finish_reason = finish_reason(step.finish_reason or "eos")
-        elif self.completion_tokens >= self._budget:
-            text += assembler.flush()
-            self.finish_reason = "length"
         if self.finish_reason is not None:
             self.stream.end_generation(self)
         self.parts.append(text)

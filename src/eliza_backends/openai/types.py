@@ -30,8 +30,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..config import describe_validation_error
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, RequestError, describe_validation_error
 from ..structured.constraint import Constraint
 from ..structured.logits import OutputSpec
 from .tools import Tool, chosen_tools, parse_tools, reply_constraint
@@ -343,16 +342,6 @@ def parse_request(model: type[GenerationRequest], data: Any) -> Any:
         raise RequestError("; ".join(problems), param=None)
     request_output(request)  # a bad response_format / tools is refused before any work
     return request
-
-
-class RequestError(InvalidArgumentError):
-    """A request that does not validate; ``param`` is the field OpenAI's error body names."""
-
-    def __init__(self, message: str, *, param: str | None,
-                 error_code: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
-        self.error_code = error_code
 
 
 # --------------------------------------------------------------------------- responses

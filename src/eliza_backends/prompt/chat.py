@@ -43,19 +43,17 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from ..errors import CancelledError, InvalidArgumentError, UnsupportedOperationError
+from ..errors import (
+    CancelledError,
+    InvalidArgumentError,
+    TemplateError,
+    TemplateLimitError,
+    UnsupportedOperationError,
+)
 
 ROLES = frozenset({"system", "user", "assistant", "tool"})
 MAX_OUTPUT = 1 << 20  # characters a rendering may produce
 MAX_TEMPLATE = 1 << 20  # characters of template source
-
-
-class TemplateError(InvalidArgumentError):
-    """A chat template failed to compile or render, or tried something the sandbox forbids."""
-
-
-class TemplateLimitError(TemplateError):
-    """A chat template ran past a :class:`RenderLimits` bound (time, memory, output)."""
 
 
 @dataclass(frozen=True)

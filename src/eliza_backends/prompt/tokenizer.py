@@ -6,9 +6,10 @@ found and described one way for every backend.
   :class:`~eliza_backends.prompt.hf_tokenizer.HFTokenizer` (a Hugging Face ``tokenizer.json``) and
   :class:`~eliza_backends.prompt.sp_tokenizer.SPTokenizer` (a SentencePiece ``tokenizer.model``, the
   format of Google's Gemma files and of ``.litertlm`` SP_Tokenizer sections);
-* :func:`find_tokenizer`: where a bundle's tokenizer file for an artifact is, in one search
-  order, so the same bundle is tokenized the same way whichever backend serves it;
-* :func:`load_tokenizer`: the file as a :class:`Tokenizer` (the class by its name);
+* :func:`~eliza_backends.prompt.tokenizers.find_tokenizer` and
+  :func:`~eliza_backends.prompt.tokenizers.load_tokenizer` (in :mod:`.tokenizers`, which knows
+  the implementations; this base knows none): where a bundle's tokenizer file is, and the file
+  as a :class:`Tokenizer`;
 * :func:`tokenizer_facts`: BOS, end-of-generation ids, chat template and template tokens from
   the Hugging Face files beside the tokenizer (``config.json``, ``generation_config.json``,
   ``tokenizer_config.json``, ``chat_template.jinja``), else from well-known token names, so
@@ -20,22 +21,17 @@ backends that use this module depend on them; the core does not).
 
 from __future__ import annotations
 
-import contextlib
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..bundle import DRAFT_DIR
-
 #: End-of-generation token names, used when the tokenizer's folder names no end token.
 END_TOKEN_NAMES = ("<|eos|>", "<|end|>", "</s>", "<eos>", "<|endoftext|>", "<end_of_turn>",
                    "<|eot_id|>", "<|end_of_text|>", "<|im_end|>")
 #: Start-of-sequence token names, used when the tokenizer's folder names no BOS.
 START_TOKEN_NAMES = ("<|bos|>", "<s>", "<bos>", "<|begin_of_text|>")
-#: Tokenizer file names, in the order :func:`find_tokenizer` prefers them at one place.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model")
 
 
 class Tokenizer(ABC):
@@ -78,35 +74,6 @@ class Tokenizer(ABC):
             if text is not None:
                 out[key] = text
         return out
-
-
-def load_tokenizer(path: Path) -> Tokenizer:
-    """``path`` as a tokenizer: a ``*.model`` file is SentencePiece, anything else a Hugging
-    Face ``tokenizer.json`` (:class:`~eliza_backends.BundleError` if unreadable)."""
-    if path.name.endswith(".model"):
-        from .sp_tokenizer import SPTokenizer
-
-        return SPTokenizer.from_file(path)
-    from .hf_tokenizer import HFTokenizer
-
-    return HFTokenizer.from_file(path)
-
-
-def find_tokenizer(artifact: Path) -> Path | None:
-    """The tokenizer file of an artifact under ``text/`` (or ``text/draft/``), searched in one
-    order for every backend: inside the artifact (a folder), ``<stem>.tokenizer.json`` /
-    ``<stem>.tokenizer.model`` and ``tokenizer.json`` / ``tokenizer.model`` beside it, then
-    the first folder beside it that holds one (a bundle ships one tokenizer for its formats; a
-    ``draft/`` folder is never used). At each place ``tokenizer.json`` wins over
-    ``tokenizer.model``. None if absent."""
-    here = artifact.parent
-    places = [(artifact, ""), (here, f"{artifact.stem}."), (here, "")]
-    with contextlib.suppress(OSError):
-        places += [(p, "") for p in sorted(here.iterdir())
-                   if p.is_dir() and p.name != DRAFT_DIR and p != artifact]
-    candidates = (folder / f"{prefix}{name}" for folder, prefix in places
-                  for name in TOKENIZER_FILES)
-    return next((c for c in candidates if c.is_file()), None)
 
 
 @dataclass(frozen=True)
@@ -187,5 +154,4 @@ def tokenizer_facts(tok: Tokenizer, folder: Path | None, vocab_size: int) -> Tok
                           chat_template=template, template_tokens=template_tokens)
 
 
-__all__ = ["END_TOKEN_NAMES", "START_TOKEN_NAMES", "TOKENIZER_FILES", "Tokenizer",
-           "TokenizerFacts", "find_tokenizer", "load_tokenizer", "tokenizer_facts"]
+__all__ = ["END_TOKEN_NAMES", "START_TOKEN_NAMES", "Tokenizer", "TokenizerFacts", "tokenizer_facts"]

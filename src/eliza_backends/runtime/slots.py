@@ -16,10 +16,8 @@ corrupted or foreign file is a :class:`~eliza_backends.errors.SlotError`, never 
 :func:`write_slot` writes a temporary file beside the target, fsyncs it and renames it over
 the target: a crash mid-save leaves the previous slot intact.
 
-The model fingerprint (:func:`fingerprint_artifact`) is a sha256 of every byte of the artifact,
-computed once per version of each file and cached, in this process and on disk, under the
-file's (device, inode, size, mtime, ctime): strong (a model whose middle weights differ has
-another fingerprint) and, after the first time, a ``stat`` per file.
+The header's model fingerprint is :func:`~eliza_backends.hashing.fingerprint_artifact`
+(a sha256 of every byte of the artifact, cached per file version).
 """
 
 from __future__ import annotations
@@ -29,18 +27,15 @@ import json
 import os
 import struct
 import tempfile
-import threading
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..config import describe_validation_error
-from ..errors import SlotError, Status
+from ..errors import SlotError, Status, describe_validation_error
 
 MAGIC = b"ELZSLOT2"
 MAX_HEADER = 16 << 20
 _HEAD = struct.Struct("<8sI32s")
-CACHE_ENV = "ELIZA_CACHE_DIR"
 
 
 class SlotHeader(BaseModel):
@@ -54,84 +49,6 @@ class SlotHeader(BaseModel):
     tokens: tuple[int, ...]
     payload_size: int = Field(ge=0)
     extra: dict[str, int | str | float | bool] = Field(default_factory=dict)
-
-
-# ------------------------------------------------------------------------------ fingerprints
-
-_memo: dict[tuple[int, ...], str] = {}
-_memo_lock = threading.Lock()
-
-
-def cache_dir() -> Path:
-    """Where eliza-backends keeps what it can recompute (``$ELIZA_CACHE_DIR``, else
-    ``$XDG_CACHE_HOME/eliza-backends``, else ``~/.cache/eliza-backends``)."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "eliza-backends"
-
-
-def file_digest(path: str | os.PathLike[str]) -> str:
-    """sha256 of every byte of the file, cached by (device, inode, size, mtime_ns, ctime_ns):
-    any write to the file changes its ctime, so a stale digest is never reused. The first call
-    for a file version reads it once (about 0.5-2 GB/s); later ones cost a ``stat``."""
-    p = Path(path)
-    st = p.stat()
-    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    with _memo_lock:
-        if key in _memo:
-            return _memo[key]
-    name = hashlib.sha256(repr(key).encode()).hexdigest()[:32]
-    entry = cache_dir() / "fingerprints" / name
-    try:
-        cached = entry.read_text(encoding="ascii").split()
-        if len(cached) == 2 and cached[0] == repr(key).replace(" ", ""):
-            digest = cached[1]
-        else:
-            raise OSError("stale or foreign entry")
-    except (OSError, UnicodeDecodeError, ValueError):
-        digest = _sha256_of(p)
-        _store(entry, f"{repr(key).replace(' ', '')} {digest}\n")
-    with _memo_lock:
-        _memo[key] = digest
-    return digest
-
-
-def _sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    buf = bytearray(1 << 20)
-    view = memoryview(buf)
-    with open(path, "rb", buffering=0) as f:
-        while n := f.readinto(buf):
-            h.update(view[:n])  # hashlib releases the GIL for large updates
-    return h.hexdigest()
-
-
-def _store(entry: Path, text: str) -> None:
-    """Write a cache entry atomically; a cache that cannot be written is simply not used."""
-    try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=entry.parent, prefix=".fp.")
-        with os.fdopen(fd, "w", encoding="ascii") as f:
-            f.write(text)
-        os.replace(tmp, entry)
-    except OSError:
-        pass
-
-
-def fingerprint_artifact(path: str | os.PathLike[str]) -> str:
-    """The identity of a model artifact (a file, or a directory of files): sha256 over each
-    file's relative name and :func:`file_digest`."""
-    root = Path(path)
-    h = hashlib.sha256(b"eliza-fingerprint-2\0")
-    try:
-        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
-        for f in files:
-            name = f.relative_to(root).as_posix() if f != root else f.name
-            h.update(f"{name}\0{file_digest(f)}\0".encode())
-    except OSError as exc:
-        raise _io_error("fingerprint the model artifact", root, exc) from None
-    return h.hexdigest()
 
 
 # ------------------------------------------------------------------------------ slot files
@@ -230,5 +147,4 @@ def read_slot(
     return header, payload
 
 
-__all__ = ["CACHE_ENV", "SlotHeader", "cache_dir", "file_digest", "fingerprint_artifact",
-           "read_slot", "write_slot"]
+__all__ = ["SlotHeader", "read_slot", "write_slot"]

@@ -43,7 +43,13 @@ from typing import Any, TypeVar
 
 from ..backend.context import InferenceContext
 from ..config import StreamConfig
-from ..errors import CancelledError, ElizaError, InvalidArgumentError, Status
+from ..errors import (
+    CancelledError,
+    ElizaError,
+    InvalidArgumentError,
+    PoolClosedError,
+    PoolFullError,
+)
 from ..openai.completions import serving_config, session_key
 from ..stream import Stream, open_stream
 
@@ -52,18 +58,6 @@ T = TypeVar("T")
 #: A request continues a slot's conversation when its prompt shares at least this fraction
 #: of the slot's text (llama.cpp's server uses the same rule, ``--slot-prompt-similarity``).
 SIMILARITY = 0.5
-
-
-class PoolFullError(ElizaError):
-    """Every session is busy and the wait queue is full: retry later (HTTP 429)."""
-
-    default_code = Status.ERR_BUSY
-
-
-class PoolClosedError(ElizaError):
-    """The pool is shutting down and takes no new requests (HTTP 503)."""
-
-    default_code = Status.ERR_CLOSED
 
 
 def shared_prefix(a: str, b: str) -> int:

@@ -179,6 +179,9 @@ class EngineSession(Session):
         self._stream: Iterator[Any] | None = None
         self._buffer: list[int] = []
         self._turn_tokens = 0
+        #: the engine session's own output budget per turn (max_output_tokens): the config's,
+        #: raised to the context window the first time a turn's budget (set_turn) exceeds it
+        self._engine_budget = config.max_tokens
         self._session = self._new_session(config)
         # one position is kept for the start token the engine adds when a sequence does not
         # begin with it
@@ -198,7 +201,7 @@ class EngineSession(Session):
         try:
             return self._loaded.engine.create_session(
                 apply_prompt_template=False, sampler_config=sampler,
-                max_output_tokens=config.max_tokens)
+                max_output_tokens=self._engine_budget)
         except Exception as exc:
             raise BackendRuntimeError(f"LiteRT-LM could not create a session: {exc}") from None
 
@@ -233,10 +236,14 @@ class EngineSession(Session):
         return text
 
     def _prefill(self, token_ids: list[int]) -> None:
-        if self._stream is not None or self._buffer:
+        grow = self._turn_max_tokens > self._engine_budget
+        if grow:  # (once per session: the new engine session's budget is the whole window)
+            self._engine_budget = max(self.context_size, self._turn_max_tokens)
+        if grow or self._stream is not None or self._buffer:
             # a turn cut short: the engine decoded past what the caller saw, and a cancelled
-            # engine session streams nothing more (its next decode waits forever), so the
-            # sequence so far is replayed on a fresh session
+            # engine session streams nothing more (its next decode waits forever); or a turn's
+            # budget (set_turn) past the engine session's own: the sequence so far is replayed
+            # on a fresh session
             self._stop_stream()
             self._reset()
             replay = list(self._sequence)
@@ -276,7 +283,7 @@ class EngineSession(Session):
                 self._stop_stream(cancel=True)
                 self._raise_if_cancelled()
             if self._stream is None:
-                if self._turn_tokens >= self.config.max_tokens:
+                if self._turn_tokens >= self._engine_budget:
                     break
                 try:
                     self._stream = iter(self._session.run_decode_async())
@@ -288,7 +295,7 @@ class EngineSession(Session):
                 # the engine ended its turn (at a stop token it does not emit): say so, never
                 # invent the token
                 self._stream = None
-                self._turn_tokens = self.config.max_tokens
+                self._turn_tokens = self._engine_budget
                 return Decoded(out, finish="eos")
             except Exception as exc:
                 self._stream = None

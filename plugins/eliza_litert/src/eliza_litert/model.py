@@ -52,7 +52,7 @@ def _find_tokenizer(path: Path, container: Container | None) -> tuple[Tokenizer,
     """The tokenizer and the folder of its Hugging Face files (None when embedded): the
     container's own HF or SentencePiece section, else (for a bare ``.tflite``) the sibling
     ``.litertlm``'s, else the bundle's tokenizer file
-    (:func:`~eliza_backends.prompt.tokenizer.find_tokenizer`)."""
+    (:func:`~eliza_backends.backend.find_tokenizer`)."""
     if container is not None and (tok := container_tokenizer(container)) is not None:
         return tok, None
     sibling = path.parent / f"{path.stem}.litertlm"

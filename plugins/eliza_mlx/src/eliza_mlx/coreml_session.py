@@ -14,7 +14,7 @@ served, told apart by the model description:
   O(n^2); the context is capped at the input's upper bound).
 
 The tokenizer is a Hugging Face ``tokenizer.json`` (or a SentencePiece ``tokenizer.model``)
-found by the core's :func:`~eliza_backends.prompt.tokenizer.find_tokenizer` (inside the model,
+found by the core's :func:`~eliza_backends.backend.find_tokenizer` (inside the model,
 ``text/<stem>.tokenizer.json``, ``text/tokenizer.json``, or the bundle's MLX folder), with
 its end tokens, BOS and chat template from :func:`~eliza_backends.prompt.tokenizer.tokenizer_facts`:
 the same as the MLX session and LiteRT read for the same bundle. Sampling uses the core's numpy

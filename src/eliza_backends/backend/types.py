@@ -1,0 +1,193 @@
+"""The values of the backend contract: what a step produced (:class:`Step`), what a
+backend's ``_decode`` hook returns (:class:`Decoded`), what a session supports
+(:class:`Capabilities`) and whether a backend runs here (:class:`Availability`); and
+:func:`check_output_support`, the refusal of a constraint or logprobs a session cannot honour.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from ..errors import InvalidArgumentError, SlotError, UnsupportedOperationError
+from ..structured.logprobs import TokenLogprob
+
+if TYPE_CHECKING:
+    from ..config import StreamConfig
+    from ..structured.logits import OutputSpec
+
+FinishReason = Literal["eos", "stop", "length", "context"]
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What one :meth:`Session.next` call produced.
+
+    ``tokens``: the token ids generated in this step (up to the one that ended the stream).
+    ``text``: their text, never splitting a UTF-8 character, never containing a stop string.
+    ``drafted`` / ``accepted``: speculative tokens proposed / accepted in this step (0 without
+    a drafter). ``final``: the stream ended; ``finish_reason`` says why. ``logprobs``: one
+    :class:`~eliza_backends.structured.logprobs.TokenLogprob` per token when the turn asked for
+    logprobs (``StreamConfig.logprobs`` / ``top_logprobs``, or :meth:`Session.set_output`), else
+    None.
+    """
+
+    tokens: tuple[int, ...]
+    text: str
+    drafted: int = 0
+    accepted: int = 0
+    final: bool = False
+    finish_reason: FinishReason | None = None
+    logprobs: tuple[TokenLogprob, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """What a backend's ``_decode`` hook returns: generated ids and speculative counts.
+
+    ``finish``: the runtime ended the stream itself without handing back a token that says so
+    (a text-level runtime stops at an end token it does not return, or at its own output
+    budget): the stream ends after ``tokens`` with this reason. Never invent a token for it.
+    """
+
+    tokens: list[int]
+    drafted: int = 0
+    accepted: int = 0
+    finish: FinishReason | None = None
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a session really supports. The conformance kit checks exactly these.
+
+    ``token_input``: prefill takes any in-vocabulary ids (False: the runtime takes text, so ids
+    must round-trip through the tokenizer). ``prefix_reuse``: ``reset_keep`` keeps KV cache
+    (False: it always falls back to a full reset). ``slots``: save/restore. ``cancel_prefill``:
+    ``cancel()`` interrupts a running prefill (False: only between calls/chunks).
+    ``drafters``: the drafter kinds ``StreamConfig.drafter`` may name. ``sampling``: honours
+    temperature/top-k/top-p/min-p/seed (False: greedy only). ``logits``: the backend runs the
+    core's logits hook (``Session._guide``) at every sampling point, so output constraints and
+    logprobs work (False: they are refused). ``ignore_eos``: honours ``config.ignore_eos``
+    (False: the runtime ends at its stop tokens itself, so opening with ``ignore_eos=True``
+    raises :class:`UnsupportedOperationError`).
+    """
+
+    token_input: bool = True
+    prefix_reuse: bool = True
+    slots: bool = False
+    cancel_prefill: bool = True
+    sampling: bool = True
+    ignore_eos: bool = True
+    drafters: frozenset[str] = frozenset({"none"})
+    logits: bool = False
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether a backend can run on this host. Truthy when it can; ``reason`` says why not.
+
+    ``detail`` is extra, backend-defined facts for ``explain()`` (e.g. the accelerator rung).
+    ``installed``: False when what is missing is the runtime package itself (the selector
+    then says "not installed", ``ERR_BACKEND_NOT_INSTALLED``, rather than "not available").
+    """
+
+    ok: bool
+    reason: str = ""
+    detail: dict[str, str] = field(default_factory=dict)
+    installed: bool = True
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    @classmethod
+    def yes(cls, **detail: str) -> Availability:
+        """Available."""
+        return cls(True, "", dict(detail))
+
+    @classmethod
+    def no(cls, reason: str, **detail: str) -> Availability:
+        """Unavailable, with the human reason."""
+        return cls(False, reason, dict(detail))
+
+    @classmethod
+    def missing(cls, reason: str, **detail: str) -> Availability:
+        """Unavailable because the runtime package is not installed (``reason``: what to
+        pip install)."""
+        return cls(False, reason, dict(detail), installed=False)
+
+
+def check_output_support(caps: Capabilities, config: StreamConfig, spec: OutputSpec,
+                         backend: str) -> None:
+    """Refuse an output constraint or logprobs the session cannot honour (never a silent
+    unconstrained answer)."""
+    what = spec.constraint.kind if spec.constraint is not None else "logprobs"
+    if not caps.logits:
+        raise UnsupportedOperationError(
+            f"backend {backend} does not expose next-token logits (capabilities.logits is "
+            f"False), so it cannot apply {what}; choose another backend (llama.cpp, mlx, or "
+            "litert-lm with session='interpreter')")
+    if config.drafter != "none":
+        raise UnsupportedOperationError(
+            f"{what} with speculative decoding is not supported: use drafter='none' for "
+            "this stream")
+
+
+def check_tokens(vocab: int, token_ids: Sequence[int], *, what: str) -> list[int]:
+    """``token_ids`` as a list of ints in ``0..vocab-1`` (numpy integers accepted), or
+    :class:`InvalidArgumentError` naming the first bad one (``what``: the call, for the
+    message). Runs before anything reaches native code."""
+    if isinstance(token_ids, (str, bytes)) or not isinstance(token_ids, Sequence):
+        raise InvalidArgumentError(
+            f"{what}: token ids must be a sequence of ints, got {type(token_ids).__name__}")
+    ids = list(token_ids)
+    for i, t in enumerate(ids):
+        if not isinstance(t, int) or isinstance(t, bool):
+            try:
+                if isinstance(t, bool) or (hasattr(t, "dtype") and t.dtype.kind == "b"):
+                    raise TypeError
+                t = operator.index(t)  # numpy integers are fine
+            except TypeError:
+                raise InvalidArgumentError(
+                    f"{what}: token id at index {i} is {t!r}, not an int") from None
+            ids[i] = t
+        if not 0 <= t < vocab:
+            raise InvalidArgumentError(
+                f"{what}: token id {t} at index {i} is outside the vocabulary "
+                f"(0..{vocab - 1}); tokenize with this model's own tokenizer")
+    return ids
+
+
+def check_slot_tokens(path: object, tokens: Sequence[int], vocab: int, n_ctx: int) -> list[int]:
+    """A slot file's token history checked against the session (:class:`SlotError` naming
+    ``path`` otherwise): not empty, in the vocabulary, within the context window."""
+    if not tokens:
+        raise SlotError(f"{path} holds no tokens")
+    try:
+        ids = check_tokens(vocab, tokens, what="slot")
+    except InvalidArgumentError as exc:
+        raise SlotError(f"{path}: {exc.message}") from None
+    if len(ids) > n_ctx:
+        raise SlotError(f"{path} holds {len(ids)} tokens, more than this session's "
+                        f"context_size {n_ctx}; open it with a larger one")
+    return ids
+
+
+def check_text(text: str) -> None:
+    """``tokenize()``'s text is a ``str`` every backend can hand on as UTF-8
+    (:class:`InvalidArgumentError` otherwise)."""
+    if not isinstance(text, str):
+        raise InvalidArgumentError(f"tokenize() takes str, got {type(text).__name__}")
+    if not text.isascii():  # every backend hands text on as UTF-8
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidArgumentError(
+                f"tokenize(): the text holds a lone surrogate {text[exc.start]!r} at index "
+                f"{exc.start}, which is not valid Unicode text (often from json.loads of "
+                "'\\ud800'); decode the source with errors='replace' or drop it") from None
+
+
+__all__ = ["Availability", "Capabilities", "Decoded", "FinishReason", "Step",
+           "check_output_support", "check_slot_tokens", "check_text", "check_tokens"]
