@@ -588,7 +588,7 @@ def _stream_flags(p: argparse.ArgumentParser, *flags: str, max_tokens: int | Non
         p.add_argument("--ignore-eos", action="store_true", default=None,
                        help="keep generating past end-of-generation tokens")
     if "--draft-length" in flags:
-        p.add_argument("--drafter", choices=["none", "ngram", "model"],
+        p.add_argument("--drafter", choices=["none", "ngram", "model", "mtp"],
                        help="speculative decoding drafter (default: none)")
     if options:
         p.add_argument("--option", action="append", metavar="BACKEND:KEY=VALUE",
