@@ -4,7 +4,7 @@
   read say exactly the same (name -> module);
 * no import cycle between the core's modules at module level (read from the source);
 * every ``ElizaError`` subclass lives in ``errors.py`` and is drawn in its hierarchy;
-* at most 16 modules at the package root, and no class over 500 lines;
+* at most 16 modules at the package root, no class over 500 lines and no function over 80;
 * plugins import the core only through ``eliza_backends`` and the plugin kit
   ``eliza_backends.backend``, which exports every name they use.
 """
@@ -165,3 +165,28 @@ def test_no_class_over_500_lines() -> None:
                 long.append(f"{path.relative_to(ROOT)}:{node.name} "
                             f"({node.end_lineno - node.lineno + 1} lines)")
     assert long == []
+
+
+def _long_functions(paths: list[Path], limit: int = 80) -> list[str]:
+    """``path:name (n lines)`` of every function or method over ``limit`` lines (from ``def``
+    to its last line; nested functions count in their parent too)."""
+    long = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                    node.end_lineno is not None and node.end_lineno - node.lineno + 1 > limit:
+                long.append(f"{path}:{node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    return long
+
+
+def test_no_function_over_80_lines() -> None:
+    """Every function in the core and the plugins fits in 80 lines (issue 27: cli.build_parser
+    and convert's pipeline are tables walked by short loops)."""
+    assert _long_functions(_python_files(PACKAGE, *PLUGIN_SRCS)) == []
+
+
+def test_the_function_length_check_finds_a_long_function(tmp_path: Path) -> None:
+    body = "".join(f"    x{i} = {i}\n" for i in range(79))
+    (tmp_path / "m.py").write_text(f"def fits():\n{body}\n\nasync def over():\n{body}    "
+                                   "return x0\n")
+    assert _long_functions([tmp_path / "m.py"]) == [f"{tmp_path / 'm.py'}:over (81 lines)"]

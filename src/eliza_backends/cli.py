@@ -35,7 +35,7 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -588,7 +588,7 @@ def _stream_flags(p: argparse.ArgumentParser, *flags: str, max_tokens: int | Non
         p.add_argument("--ignore-eos", action="store_true", default=None,
                        help="keep generating past end-of-generation tokens")
     if "--draft-length" in flags:
-        p.add_argument("--drafter", choices=["none", "ngram", "model"],
+        p.add_argument("--drafter", choices=["none", "ngram", "model", "mtp"],
                        help="speculative decoding drafter (default: none)")
     if options:
         p.add_argument("--option", action="append", metavar="BACKEND:KEY=VALUE",
@@ -637,8 +637,147 @@ def _verbosity_flags(p: argparse.ArgumentParser, *, default: tuple[int, bool] | 
                       help="errors only: no stats lines, no warnings")
 
 
+#: A command-table step: an argument (its names and add_argument keywords) or a function that
+#: adds shared flags to the command's parser.
+_Step = tuple[tuple[str, ...], dict[str, Any]] | Callable[[argparse.ArgumentParser], None]
+
+
+def _arg(*names: str, **options: Any) -> _Step:
+    """One ``add_argument(*names, **options)`` step of a command table."""
+    return names, options
+
+
+_BUNDLE_ARG = _arg("bundle", metavar="BUNDLE", help=_BUNDLE_HELP)
+
+#: The commands: (name, help and description, steps in help order, ``set_defaults`` keywords).
+_COMMANDS: tuple[tuple[str, str, tuple[_Step, ...], dict[str, Any]], ...] = (
+    ("list", "installed backends, availability and rank", (_json_flag,), dict(func=cmd_list)),
+    ("select", "which backend would serve a bundle", (
+        _BUNDLE_ARG,
+        _arg("--backend", metavar="NAME", help="hard-select a backend (like ELIZA_LLM_BACKEND)"),
+        _arg("--explain", action="store_true", help="every candidate's verdict"),
+        _json_flag), dict(func=cmd_select)),
+    ("generate", "stream a completion (or, with --chat, a chat reply) to stdout", (
+        _BUNDLE_ARG,
+        _arg("prompt", metavar="PROMPT", help="the prompt text"),
+        _arg("--chat", action="store_true",
+             help="send PROMPT as a user message through the model's chat template"),
+        _arg("--system", metavar="TEXT", help="a system message (with --chat)"),
+        lambda p: _stream_flags(p, *_STREAM_FLAGS, max_tokens=128),
+        _arg("--stop", action="append", metavar="TEXT",
+             help="stop string (repeatable); generation ends before it"),
+        _json_flag), dict(func=cmd_generate)),
+    ("chat", "a conversation in the terminal, with the model's chat template", (
+        _BUNDLE_ARG,
+        _arg("--system", metavar="TEXT", help="a system message"),
+        lambda p: _stream_flags(p, "--max-tokens", "--context-size", "--threads",
+                                "--temperature", "--top-k", "--top-p", "--min-p",
+                                "--repeat-penalty", "--seed", max_tokens=256)),
+     dict(func=cmd_chat, stop=None)),
+    ("bench", "measure backends on a bundle, each run in a fresh process", (
+        _BUNDLE_ARG,
+        _arg("--backend", action="append", metavar="NAME",
+             help="backend to measure (repeatable; default: every available backend "
+             "that can serve the bundle)"),
+        _arg("--prompt-tokens", type=int_in(1), default=128, help="prompt length in tokens"),
+        _arg("--gen-tokens", type=int_in(1), default=128, help="tokens generated per run"),
+        _arg("--repeat", type=int_in(1), default=3, help="runs per backend, interleaved"),
+        lambda p: _stream_flags(p, "--threads", "--context-size", "--draft-length",
+                                "--tokens-per-step", backend=False, options=False),
+        _json_flag), dict(func=cmd_bench)),
+    ("serve", "an OpenAI-compatible HTTP server (needs the server extra)", (
+        _BUNDLE_ARG,
+        _arg("--host", default="127.0.0.1", help="address to listen on"),
+        _arg("--port", type=int_in(0, 65535), default=8000, help="TCP port (0: any free one)"),
+        _arg("--sessions", type=int_in(1, 1024), default=1,
+             help="concurrent generations over one model load"),
+        _arg("--queue", type=int_in(0), help="requests that may wait for a session before "
+             "the server answers 429 (default: 4 per session)"),
+        _arg("--model-name", help="the model id clients send (default: the bundle's name)"),
+        lambda p: _stream_flags(p, "--context-size", "--batch-size"),
+        _arg("--threads", type=int_in(1, 1024), help="compute threads per session "
+             "(default: the cores divided among the sessions)"),
+        _arg("--temperature", type=float_in(0.0), help="default when a request has none "
+             "(default: 0)"),
+        _arg("--seed", type=int, help="default when a request has none (default: 0)"),
+        _arg("--grace", type=float_in(0.0, 86400.0), default=10.0,
+             help="seconds running requests get to finish after Ctrl-C; then their "
+             "connections are closed"),
+        _arg("--log-format", choices=["text", "json"], default="text",
+             help="access and server log format"),
+        _arg("--log-level", default="info", choices=LOG_LEVELS, type=str.lower,
+             help="server log level")), dict(func=cmd_serve, stop=None)),
+)
+
+#: The ``bundle`` subcommands, as :data:`_COMMANDS`.
+_BUNDLE_COMMANDS: tuple[tuple[str, str, tuple[_Step, ...], dict[str, Any]], ...] = (
+    ("create", "lay out text/ and write manifest.json", (
+        _arg("out", metavar="OUT", help="the bundle folder to create (may exist)"),
+        _arg("artifacts", nargs="+", metavar="ARTIFACT", help="model files or folders for text/"),
+        _arg("--draft", action="append", metavar="ARTIFACT",
+             help="draft model for text/draft/ (repeatable)"),
+        _arg("--name", help="the bundle's name in the manifest (default: OUT's name)"),
+        _arg("--link", action="store_true",
+             help="hard-link the files instead of copying them (same filesystem only)"),
+        _json_flag), dict(func=cmd_bundle_create)),
+    ("verify", "check the files against manifest.json", (
+        _arg("bundle", metavar="BUNDLE", help="the bundle folder"),
+        _arg("--no-hash", action="store_true", help="check sizes only"),
+        _json_flag), dict(func=cmd_bundle_verify)),
+)
+
+#: ``bundle convert``: a plain subparser (no description, no verbosity flags of its own).
+_CONVERT_HELP = ("convert a GGUF or a Hugging Face checkpoint folder into a bundle in every "
+                 "format (needs the converter tools: pip install 'eliza-backends[convert]')")
+_CONVERT_STEPS: tuple[_Step, ...] = (
+    _arg("src", help="a .gguf file or a Hugging Face checkpoint folder (config.json, "
+         "safetensors, tokenizer files)"),
+    _arg("out", help="the bundle directory to write"),
+    _arg("--formats", help="comma-separated: gguf, mlx, litert, coreml (default: "
+         "every format whose tools are installed)"),
+    _arg("--precision", action="append", metavar="FORMAT=P[,P]",
+         help="precisions per format (repeatable): gguf f32/f16/bf16/q8_0/q4_0/q4_k, "
+         "mlx f32/f16/bf16/q8/q4, litert fp32/int8, coreml fp32/fp16; default f32/fp32"),
+    _arg("--prefill-lengths", default="128", help="LiteRT prefill signatures"),
+    _arg("--cache-length", type=int_in(1), default=1024, help="LiteRT KV cache length"),
+    _arg("--litert-tokenizer", choices=["auto", "hf", "sp"], default="auto",
+         help="the .litertlm tokenizer section (auto: SentencePiece for "
+         "SentencePiece vocabularies, else tokenizer.json)"),
+    _arg("--verify", action="store_true", help="score every artifact against a "
+         "transformers float32 reference; writes parity.json"),
+    _arg("--name", help="bundle and file name stem (default: from the source)"),
+    _arg("--threads", type=int_in(1, 1024), help="compute threads for quantizing and "
+         "verifying (default: the backends' choice)"),
+    _arg("--work-dir", help="where cached stages live (default: "
+         "$ELIZA_CACHE_DIR/convert or ~/.cache/eliza-backends/convert)"),
+)
+
+
+def _add_steps(p: argparse.ArgumentParser, steps: Sequence[_Step],
+               defaults: dict[str, Any]) -> None:
+    """Add a command table's ``steps`` to ``p`` in order, then its ``defaults``."""
+    for step in steps:
+        if callable(step):
+            step(p)
+        else:
+            names, options = step
+            p.add_argument(*names, **options)
+    p.set_defaults(**defaults)
+
+
+def _add_commands(sub: Any, table: Sequence[tuple[str, str, tuple[_Step, ...],
+                                                  dict[str, Any]]]) -> None:
+    """One subparser per ``table`` row under ``sub``, each taking -v/-q after its name too."""
+    for name, text, steps, defaults in table:
+        p: argparse.ArgumentParser = sub.add_parser(
+            name, help=text, description=text, formatter_class=_HelpFormatter)
+        _verbosity_flags(p, default=None)  # also accepted after the command name
+        _add_steps(p, steps, defaults)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser (exposed for documentation and tests)."""
+    """The argument parser (exposed for documentation and tests), built from the command
+    tables :data:`_COMMANDS`, :data:`_BUNDLE_COMMANDS` and :data:`_CONVERT_STEPS`."""
     parser = Parser(
         prog="eliza-backends", formatter_class=_HelpFormatter,
         description="Select-and-stream LLM inference over llama.cpp, LiteRT and MLX backends.",
@@ -648,127 +787,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print the versions of the core and each backend, then exit")
     _verbosity_flags(parser, default=(0, False))
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    def command(name: str, text: str, parent: Any = sub) -> argparse.ArgumentParser:
-        made: argparse.ArgumentParser = parent.add_parser(
-            name, help=text, description=text, formatter_class=_HelpFormatter)
-        _verbosity_flags(made, default=None)  # also accepted after the command name
-        return made
-
-    p = command("list", "installed backends, availability and rank")
-    _json_flag(p)
-    p.set_defaults(func=cmd_list)
-
-    p = command("select", "which backend would serve a bundle")
-    p.add_argument("bundle", metavar="BUNDLE", help=_BUNDLE_HELP)
-    p.add_argument("--backend", metavar="NAME",
-                   help="hard-select a backend (like ELIZA_LLM_BACKEND)")
-    p.add_argument("--explain", action="store_true", help="every candidate's verdict")
-    _json_flag(p)
-    p.set_defaults(func=cmd_select)
-
-    p = command("generate", "stream a completion (or, with --chat, a chat reply) to stdout")
-    p.add_argument("bundle", metavar="BUNDLE", help=_BUNDLE_HELP)
-    p.add_argument("prompt", metavar="PROMPT", help="the prompt text")
-    p.add_argument("--chat", action="store_true",
-                   help="send PROMPT as a user message through the model's chat template")
-    p.add_argument("--system", metavar="TEXT", help="a system message (with --chat)")
-    _stream_flags(p, *_STREAM_FLAGS, max_tokens=128)
-    p.add_argument("--stop", action="append", metavar="TEXT",
-                   help="stop string (repeatable); generation ends before it")
-    _json_flag(p)
-    p.set_defaults(func=cmd_generate)
-
-    p = command("chat", "a conversation in the terminal, with the model's chat template")
-    p.add_argument("bundle", metavar="BUNDLE", help=_BUNDLE_HELP)
-    p.add_argument("--system", metavar="TEXT", help="a system message")
-    _stream_flags(p, "--max-tokens", "--context-size", "--threads", "--temperature", "--top-k",
-                  "--top-p", "--min-p", "--repeat-penalty", "--seed", max_tokens=256)
-    p.set_defaults(func=cmd_chat, stop=None)
-
-    p = command("bench", "measure backends on a bundle, each run in a fresh process")
-    p.add_argument("bundle", metavar="BUNDLE", help=_BUNDLE_HELP)
-    p.add_argument("--backend", action="append", metavar="NAME",
-                   help="backend to measure (repeatable; default: every available backend "
-                   "that can serve the bundle)")
-    p.add_argument("--prompt-tokens", type=int_in(1), default=128,
-                   help="prompt length in tokens")
-    p.add_argument("--gen-tokens", type=int_in(1), default=128, help="tokens generated per run")
-    p.add_argument("--repeat", type=int_in(1), default=3, help="runs per backend, interleaved")
-    _stream_flags(p, "--threads", "--context-size", "--draft-length", "--tokens-per-step",
-                  backend=False, options=False)
-    _json_flag(p)
-    p.set_defaults(func=cmd_bench)
-
-    p = command("serve", "an OpenAI-compatible HTTP server (needs the server extra)")
-    p.add_argument("bundle", metavar="BUNDLE", help=_BUNDLE_HELP)
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    p.add_argument("--port", type=int_in(0, 65535), default=8000,
-                   help="TCP port (0: any free one)")
-    p.add_argument("--sessions", type=int_in(1, 1024), default=1,
-                   help="concurrent generations over one model load")
-    p.add_argument("--queue", type=int_in(0), help="requests that may wait for a session before "
-                   "the server answers 429 (default: 4 per session)")
-    p.add_argument("--model-name", help="the model id clients send (default: the bundle's "
-                   "name)")
-    _stream_flags(p, "--context-size", "--batch-size")
-    p.add_argument("--threads", type=int_in(1, 1024), help="compute threads per session "
-                   "(default: the cores divided among the sessions)")
-    p.add_argument("--temperature", type=float_in(0.0), help="default when a request has none "
-                   "(default: 0)")
-    p.add_argument("--seed", type=int, help="default when a request has none (default: 0)")
-    p.add_argument("--grace", type=float_in(0.0, 86400.0), default=10.0,
-                   help="seconds running requests get to finish after Ctrl-C; then their "
-                   "connections are closed")
-    p.add_argument("--log-format", choices=["text", "json"], default="text",
-                   help="access and server log format")
-    p.add_argument("--log-level", default="info", choices=LOG_LEVELS, type=str.lower,
-                   help="server log level")
-    p.set_defaults(func=cmd_serve, stop=None)
-
-    b = command("bundle", "create or verify a model bundle")
+    _add_commands(sub, _COMMANDS)
+    text = "create or verify a model bundle"
+    b = sub.add_parser("bundle", help=text, description=text, formatter_class=_HelpFormatter)
+    _verbosity_flags(b, default=None)
     bsub = b.add_subparsers(dest="bundle_command", required=True, metavar="SUBCOMMAND")
-    p = command("create", "lay out text/ and write manifest.json", bsub)
-    p.add_argument("out", metavar="OUT", help="the bundle folder to create (may exist)")
-    p.add_argument("artifacts", nargs="+", metavar="ARTIFACT",
-                   help="model files or folders for text/")
-    p.add_argument("--draft", action="append", metavar="ARTIFACT",
-                   help="draft model for text/draft/ (repeatable)")
-    p.add_argument("--name", help="the bundle's name in the manifest (default: OUT's name)")
-    p.add_argument("--link", action="store_true",
-                   help="hard-link the files instead of copying them (same filesystem only)")
-    _json_flag(p)
-    p.set_defaults(func=cmd_bundle_create)
-    p = command("verify", "check the files against manifest.json", bsub)
-    p.add_argument("bundle", metavar="BUNDLE", help="the bundle folder")
-    p.add_argument("--no-hash", action="store_true", help="check sizes only")
-    _json_flag(p)
-    p.set_defaults(func=cmd_bundle_verify)
-    p = bsub.add_parser("convert", help="convert a GGUF or a Hugging Face checkpoint folder "
-                        "into a bundle in every format (needs the converter tools: pip install "
-                        "'eliza-backends[convert]')")
-    p.add_argument("src", help="a .gguf file or a Hugging Face checkpoint folder (config.json, "
-                   "safetensors, tokenizer files)")
-    p.add_argument("out", help="the bundle directory to write")
-    p.add_argument("--formats", help="comma-separated: gguf, mlx, litert, coreml (default: "
-                   "every format whose tools are installed)")
-    p.add_argument("--precision", action="append", metavar="FORMAT=P[,P]",
-                   help="precisions per format (repeatable): gguf f32/f16/bf16/q8_0/q4_0/q4_k, "
-                   "mlx f32/f16/bf16/q8/q4, litert fp32/int8, coreml fp32/fp16; default f32/fp32")
-    p.add_argument("--prefill-lengths", default="128", help="LiteRT prefill signatures")
-    p.add_argument("--cache-length", type=int_in(1), default=1024,
-                   help="LiteRT KV cache length")
-    p.add_argument("--litert-tokenizer", choices=["auto", "hf", "sp"], default="auto",
-                   help="the .litertlm tokenizer section (auto: SentencePiece for "
-                   "SentencePiece vocabularies, else tokenizer.json)")
-    p.add_argument("--verify", action="store_true", help="score every artifact against a "
-                   "transformers float32 reference; writes parity.json")
-    p.add_argument("--name", help="bundle and file name stem (default: from the source)")
-    p.add_argument("--threads", type=int_in(1, 1024), help="compute threads for quantizing and "
-                   "verifying (default: the backends' choice)")
-    p.add_argument("--work-dir", help="where cached stages live (default: "
-                   "$ELIZA_CACHE_DIR/convert or ~/.cache/eliza-backends/convert)")
-    p.set_defaults(func=cmd_bundle_convert)
+    _add_commands(bsub, _BUNDLE_COMMANDS)
+    _add_steps(bsub.add_parser("convert", help=_CONVERT_HELP), _CONVERT_STEPS,
+               dict(func=cmd_bundle_convert))
     return parser
 
 

@@ -29,7 +29,7 @@ from pydantic import (
 
 from .errors import InvalidArgumentError, describe_validation_error
 
-DrafterKind = Literal["none", "ngram", "model"]
+DrafterKind = Literal["none", "ngram", "model", "mtp"]
 
 #: Temperatures below this decode greedily (argmax), as temperature 0 does.
 GREEDY_TEMPERATURE = 1e-5
@@ -65,7 +65,10 @@ class StreamConfig(BaseModel):
     repeat_last_n: int = Field(64, ge=0, description="Window the repeat penalty looks back on.")
     seed: int = Field(0, ge=0, lt=1 << 32, description="Sampler seed (used when temperature > 0).")
 
-    drafter: DrafterKind = Field("none", description="Speculative drafter: none, ngram, model.")
+    drafter: DrafterKind = Field(
+        "none", description="Speculative drafter: none, ngram (prompt lookup), model (a smaller "
+        "draft model from text/draft/), mtp (the target's multi-token-prediction assistant from "
+        "text/draft/, Gemma 4's; llama.cpp).")
     draft_length: int = Field(4, ge=1, le=64, description="Tokens drafted per speculative step "
                               "(with draft_policy='auto': the most).")
     draft_policy: Literal["auto", "fixed"] = Field(
@@ -75,8 +78,8 @@ class StreamConfig(BaseModel):
     ngram_size: int = Field(3, ge=1, le=16, description="Longest n-gram the drafter matches.")
     draft_model: str | None = Field(
         None,
-        description="Draft artifact path relative to the bundle (default: the bundle's first "
-        "text/draft/ artifact for the chosen backend).",
+        description="Draft artifact path relative to the bundle, for drafter 'model' or 'mtp' "
+        "(default: the bundle's first text/draft/ artifact of that kind for the chosen backend).",
     )
 
     chat_template: str | None = Field(
@@ -119,8 +122,8 @@ class StreamConfig(BaseModel):
             raise ValueError(
                 f"batch_size ({self.batch_size}) cannot exceed context_size ({self.context_size})"
             )
-        if self.draft_model is not None and self.drafter != "model":
-            raise ValueError("draft_model is only used with drafter='model'")
+        if self.draft_model is not None and self.drafter not in ("model", "mtp"):
+            raise ValueError("draft_model is only used with drafter='model' or 'mtp'")
         constraints = [name for name in ("response_format", "json_schema", "regex", "grammar")
                        if getattr(self, name) is not None]
         if len(constraints) > 1:

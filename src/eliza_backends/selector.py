@@ -75,6 +75,9 @@ class SelectionReport:
     candidates: tuple[Candidate, ...]
     broken_plugins: tuple[str, ...] = ()
     error_code: Status | None = None
+    #: The chosen backend's speculative drafters on this bundle: kind -> what a stream with
+    #: ``drafter=kind`` would use, or why it cannot (:meth:`Factory.drafters`).
+    drafters: Mapping[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -82,7 +85,8 @@ class SelectionReport:
                 "requested_by": self.requested_by, "chosen": self.chosen, "error": self.error,
                 "candidates": [c.to_dict() for c in self.candidates],
                 "broken_plugins": list(self.broken_plugins),
-                "error_code": None if self.error_code is None else self.error_code.symbol}
+                "error_code": None if self.error_code is None else self.error_code.symbol,
+                "drafters": dict(self.drafters)}
 
     def __str__(self) -> str:
         lines = [f"bundle: {self.bundle_dir}"]
@@ -92,6 +96,9 @@ class SelectionReport:
         for c in self.candidates:
             lines.append(f"  {c.name:<12} rank {c.rank:>4}  {c.verdict:<15} {c.reason}")
         lines.extend(f"  broken plugin: {p}" for p in self.broken_plugins)
+        if self.drafters:
+            lines.append(f"drafters ({self.chosen}):")
+            lines.extend(f"  {kind:<12} {what}" for kind, what in self.drafters.items())
         return "\n".join(lines)
 
 
@@ -167,7 +174,8 @@ class _Selection:
                                 r.rank, r.availability.detail) for r in self.rows)
         return SelectionReport(str(self.bundle), self.requested, self.requested_by,
                                chosen.name if chosen else None, error, cands, self.broken,
-                               code if error else None)
+                               code if error else None,
+                               _safe_drafters(chosen, self.bundle) if chosen else {})
 
 
 def _gather(bundle_dir: str | os.PathLike[str], backend: str | None,
@@ -325,6 +333,13 @@ def _safe_reason(factory: Factory, bundle: Path) -> str:
         return str(factory.cannot_serve_reason(bundle))
     except Exception as exc:
         return f"cannot_serve_reason() failed: {type(exc).__name__}: {exc}"
+
+
+def _safe_drafters(factory: Factory, bundle: Path) -> dict[str, str]:
+    try:
+        return {str(k): str(v) for k, v in factory.drafters(bundle).items()}
+    except Exception as exc:
+        return {"?": f"drafters() failed: {type(exc).__name__}: {exc}"}
 
 
 def _safe_pinned(factory: Factory, name: str) -> Factory:

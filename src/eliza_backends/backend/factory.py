@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -63,6 +63,13 @@ class Factory(ABC):
         ``bundle_dir``. A backend whose artifacts may be present yet unrunnable on this host
         (a Core ML model off macOS) overrides it to say so."""
         return f"no {'/'.join(self.formats) or 'matching'} artifact under text/"
+
+    def drafters(self, bundle_dir: str | os.PathLike[str]) -> Mapping[str, str]:
+        """For :func:`~eliza_backends.explain`: each speculative drafter kind this backend runs
+        (``StreamConfig.drafter``), with one line saying what a stream with it would use on
+        ``bundle_dir`` or why it cannot. Cheap (directory and header probes, no model load).
+        The default says nothing."""
+        return {}
 
     def pinned(self, name: str) -> Factory:
         """The factory a hard request by ``name`` (one of :meth:`names`) gets: this one, or,
@@ -147,9 +154,11 @@ class Factory(ABC):
                      *, greedy_only: bool = False) -> Drafter | None:
         """The drafter ``config.drafter`` names, for a session on ``target``: None for
         ``"none"``, the core's :class:`~eliza_backends.runtime.speculative.NgramDrafter` for
-        ``"ngram"``, :meth:`make_draft_model` for ``"model"``. ``greedy_only``: the backend
-        verifies greedily only, so sampling with a drafter is refused here. The session the
-        drafter is handed to owns it (rewinds and closes it)."""
+        ``"ngram"``, :meth:`make_draft_model` for ``"model"``; ``"mtp"`` is refused here (a
+        backend with an MTP drafter builds it in :meth:`open`: it reads the session's own
+        runtime state). ``greedy_only``: the backend verifies greedily only, so sampling with a
+        drafter is refused here. The session the drafter is handed to owns it (rewinds and
+        closes it)."""
         if config.drafter == "none":
             return None
         if greedy_only and (not config.greedy or config.repeat_penalty != 1.0):
@@ -158,6 +167,10 @@ class Factory(ABC):
                 "repeat_penalty=1 with a drafter, or drafter='none' to sample")
         if config.drafter == "ngram":
             return NgramDrafter(max_n=config.ngram_size)
+        if config.drafter == "mtp":
+            raise UnsupportedOperationError(
+                f"{self.name} has no MTP drafter (a target's multi-token-prediction assistant, "
+                "Gemma 4's): use backend='llama.cpp' for it, or drafter='ngram'")
         return self.make_draft_model(context, config, target)
 
     def make_draft_model(self, context: InferenceContext, config: StreamConfig,

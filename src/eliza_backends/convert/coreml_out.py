@@ -48,12 +48,6 @@ def plain_module(hf_model: Any, facts: ModelFacts, max_len: int,
     kinds = c.layer_types() or ["full_attention"] * c.num_layers
     window = c.sliding_window or max_len
 
-    def rope_table(theta: float) -> tuple[Any, Any]:
-        inv = 1.0 / (theta ** (torch.arange(0, c.head_dim, 2, dtype=torch.float32) / c.head_dim))
-        freqs = torch.outer(torch.arange(max_len, dtype=torch.float32), inv)
-        emb = torch.cat([freqs, freqs], dim=-1)
-        return emb.cos(), emb.sin()
-
     class Stateful(torch.nn.Module):  # type: ignore[misc]
         def __init__(self) -> None:
             super().__init__()
@@ -61,10 +55,10 @@ def plain_module(hf_model: Any, facts: ModelFacts, max_len: int,
             shape = (c.num_layers, 1, c.num_kv_heads, max_len, c.head_dim)
             self.register_buffer(KEYS, torch.zeros(shape, dtype=store))
             self.register_buffer(VALUES, torch.zeros(shape, dtype=store))
-            cos, sin = rope_table(c.rope_theta)
+            cos, sin = _rope_table(c, c.rope_theta, max_len)
             self.register_buffer("cos_g", cos, persistent=False)
             self.register_buffer("sin_g", sin, persistent=False)
-            cos, sin = rope_table(c.rope_local_theta or c.rope_theta)
+            cos, sin = _rope_table(c, c.rope_local_theta or c.rope_theta, max_len)
             self.register_buffer("cos_l", cos, persistent=False)
             self.register_buffer("sin_l", sin, persistent=False)
 
@@ -99,14 +93,7 @@ def plain_module(hf_model: Any, facts: ModelFacts, max_len: int,
                 sin = torch.nn.functional.embedding(pos, sin_t)[None, None]
                 a = layer.self_attn
                 h = self.rms(x, layer.input_layernorm.weight)
-                q = a.q_proj(h).view(1, n, c.num_heads, c.head_dim).transpose(1, 2)
-                k = a.k_proj(h).view(1, n, c.num_kv_heads, c.head_dim).transpose(1, 2)
-                v = a.v_proj(h).view(1, n, c.num_kv_heads, c.head_dim).transpose(1, 2)
-                if gemma:
-                    q = self.rms(q, a.q_norm.weight)
-                    k = self.rms(k, a.k_norm.weight)
-                q = q * cos + self.rotate(q) * sin
-                k = k * cos + self.rotate(k) * sin
+                q, k, v = _qkv(self, a, h, cos, sin, c, gemma)
                 getattr(self, KEYS)[i, :, :, past:end, :] = k.to(store)
                 getattr(self, VALUES)[i, :, :, past:end, :] = v.to(store)
                 k_all = getattr(self, KEYS)[i, :, :, :end, :].to(torch.float32) \
@@ -116,21 +103,55 @@ def plain_module(hf_model: Any, facts: ModelFacts, max_len: int,
                 scores = (q @ k_all.transpose(-1, -2)) * scale + (local_mask if local else mask)
                 o = torch.softmax(scores, dim=-1) @ v_all
                 o = a.o_proj(o.transpose(1, 2).reshape(1, n, c.num_heads * c.head_dim))
-                mlp = layer.mlp
-                if gemma:
-                    x = x + self.rms(o, layer.post_attention_layernorm.weight)
-                    h = self.rms(x, layer.pre_feedforward_layernorm.weight)
-                    f = mlp.down_proj(torch.nn.functional.gelu(mlp.gate_proj(h), approximate="tanh")
-                                      * mlp.up_proj(h))
-                    x = x + self.rms(f, layer.post_feedforward_layernorm.weight)
-                else:
-                    x = x + o
-                    h = self.rms(x, layer.post_attention_layernorm.weight)
-                    x = x + mlp.down_proj(torch.nn.functional.silu(mlp.gate_proj(h))
-                                          * mlp.up_proj(h))
+                x = _mlp_residual(self, layer, x, o, gemma)
             return self.hf.lm_head(self.rms(x, m.norm.weight))
 
     return Stateful().eval()
+
+
+def _rope_table(facts: ModelFacts, theta: float, max_len: int) -> tuple[Any, Any]:
+    """The rotary cos and sin tables (float32 ``[max_len, head_dim]``) for base ``theta``."""
+    import torch
+
+    c = facts
+    inv = 1.0 / (theta ** (torch.arange(0, c.head_dim, 2, dtype=torch.float32) / c.head_dim))
+    freqs = torch.outer(torch.arange(max_len, dtype=torch.float32), inv)
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def _qkv(module: Any, a: Any, h: Any, cos: Any, sin: Any, facts: ModelFacts,
+         gemma: bool) -> tuple[Any, Any, Any]:
+    """One layer's queries and keys (normed for Gemma, rotated) and values
+    (``[1, heads, n, head_dim]``) from the normed hidden states ``h`` (``[1, n, hidden]``);
+    ``a`` is the layer's attention, ``module`` the :func:`plain_module` (its ``rms``/``rotate``)."""
+    c, n = facts, h.shape[1]
+    q = a.q_proj(h).view(1, n, c.num_heads, c.head_dim).transpose(1, 2)
+    k = a.k_proj(h).view(1, n, c.num_kv_heads, c.head_dim).transpose(1, 2)
+    v = a.v_proj(h).view(1, n, c.num_kv_heads, c.head_dim).transpose(1, 2)
+    if gemma:
+        q = module.rms(q, a.q_norm.weight)
+        k = module.rms(k, a.k_norm.weight)
+    q = q * cos + module.rotate(q) * sin
+    k = k * cos + module.rotate(k) * sin
+    return q, k, v
+
+
+def _mlp_residual(module: Any, layer: Any, x: Any, o: Any, gemma: bool) -> Any:
+    """The residual stream ``x`` after ``layer``'s attention output ``o`` and its MLP
+    (Gemma: sandwich norms and tanh-GELU; Llama: SiLU)."""
+    import torch
+
+    mlp = layer.mlp
+    if gemma:
+        x = x + module.rms(o, layer.post_attention_layernorm.weight)
+        h = module.rms(x, layer.pre_feedforward_layernorm.weight)
+        f = mlp.down_proj(torch.nn.functional.gelu(mlp.gate_proj(h), approximate="tanh")
+                          * mlp.up_proj(h))
+        return x + module.rms(f, layer.post_feedforward_layernorm.weight)
+    x = x + o
+    h = module.rms(x, layer.post_attention_layernorm.weight)
+    return x + mlp.down_proj(torch.nn.functional.silu(mlp.gate_proj(h)) * mlp.up_proj(h))
 
 
 def causal_mask(past: int, n: int) -> Any:

@@ -22,13 +22,14 @@ the stage outputs. Heavy tools are imported inside the stages only.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import shutil
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -169,6 +170,31 @@ def convert(src: str | os.PathLike[str], out: str | os.PathLike[str], plan: Conv
     ``log`` gets one line per stage; the tools' own output (progress bars, warnings) goes to
     each stage's ``tools.log`` unless ``tool_output``."""
     source = Path(src)
+    from_hf = _check_request(source, plan)
+    root = Path(out)
+    _claim(root)
+    runner = StageRunner(Path(work_dir) if work_dir else default_cache_dir() / "convert", log,
+                         tool_output=tool_output)
+    job = _float32_stage(source, from_hf, root, plan, runner)
+    for stage in _STAGES:
+        if stage.fmt in plan.formats:
+            _run_format(job, stage)
+    manifest = write_manifest(root, name=job.name)
+    runner.say(f"manifest: {len(manifest.artifacts)} artifacts, "
+               f"{sum(len(a.files) for a in manifest.artifacts)} files")
+    report = _report(job)
+    if plan.verify:
+        _verify_stage(job)
+        report["parity"] = "parity.json"
+    report["seconds"] = round(sum(r.seconds for r in runner.records), 1)
+    (root / "convert.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+    runner.say(f"bundle {root} ready")
+    return report
+
+
+def _check_request(source: Path, plan: ConvertPlan) -> bool:
+    """Whether ``source`` is a Hugging Face folder (else a ``.gguf`` file); refuses anything
+    else, and a plan whose tools are not installed."""
     from_hf = source.is_dir()
     if from_hf and not (source / "config.json").is_file():
         raise InvalidArgumentError(f"{source} is a folder without config.json: not a Hugging "
@@ -180,7 +206,12 @@ def convert(src: str | os.PathLike[str], out: str | os.PathLike[str], plan: Conv
         toolchain.require(_TOOLS[fmt])
     if plan.verify:
         toolchain.require("verify")
-    root = Path(out)
+    return from_hf
+
+
+def _claim(root: Path) -> None:
+    """Make ``root`` this command's bundle: new or empty, or one it made before (whose old
+    outputs are dropped); marked "in progress" until the report replaces the mark."""
     if root.exists() and any(root.iterdir()):
         if not (root / "convert.json").is_file():
             raise InvalidArgumentError(f"{root} exists and is not a bundle this command made; "
@@ -192,8 +223,55 @@ def convert(src: str | os.PathLike[str], out: str | os.PathLike[str], plan: Conv
     # (the cached stages make it resume); the finished report replaces this one
     root.mkdir(parents=True, exist_ok=True)
     (root / "convert.json").write_text(json.dumps({"status": "in progress"}) + "\n")
-    runner = StageRunner(Path(work_dir) if work_dir else default_cache_dir() / "convert", log,
-                         tool_output=tool_output)
+
+
+@dataclass
+class _Job:
+    """One conversion after its ``hf`` stage: what every format stage reads, and what they
+    add (artifacts, stage keys, checked configs) for the report. Single-threaded."""
+
+    source: Path
+    from_hf: bool
+    src_sha: str
+    src_bytes: int
+    root: Path
+    name: str
+    plan: ConvertPlan
+    runner: StageRunner
+    versions: dict[str, Any]
+    facts: Any
+    hf: Any  # the ``hf`` stage's record
+    tokenizer_check: dict[str, Any]
+    artifacts: list[dict[str, Any]] = field(default_factory=list)
+    stage_keys: list[str] = field(default_factory=list)
+    checked: dict[str, dict[str, Any]] = field(
+        default_factory=lambda: {"mlx": {}, "coreml": {}})
+
+    @property
+    def text(self) -> Path:
+        return self.root / TEXT_DIR
+
+    @property
+    def hf_dir(self) -> Path:
+        return Path(self.hf.directory) / "hf"
+
+    @property
+    def f32_gguf(self) -> Path:
+        return Path(self.hf.directory) / "model-f32.gguf"
+
+    def record(self, fmt: str, precision: str, rel: list[Path], stage: Any) -> None:
+        size = sum(_size(p) for p in rel)
+        self.artifacts.append({"format": fmt, "precision": precision,
+                               "paths": [p.relative_to(self.root).as_posix() for p in rel],
+                               "bytes": size, "seconds": round(_stage_time(stage), 1),
+                               "cached": stage.cached})
+        self.stage_keys.append(stage.key)
+
+
+def _float32_stage(source: Path, from_hf: bool, root: Path, plan: ConvertPlan,
+                   runner: StageRunner) -> _Job:
+    """Hash and read the source, run the ``hf`` stage (float32 checkpoint + GGUF, tokenizers
+    checked) and lay out ``root/text``."""
     versions = toolchain.versions()
     code = toolchain.code_hash("gguf_source", "hf_source", "hf_checkpoint", "tokenizer_build",
                                "float32_pass", "gguf_writer", "tokenizer_check")
@@ -233,170 +311,214 @@ def convert(src: str | os.PathLike[str], out: str | os.PathLike[str], plan: Conv
     hf = runner.run("hf", (src_sha, from_hf, code, versions["gguf"], versions["safetensors"],
                            versions["llama-cpp-python"], versions["tokenizers"],
                            versions["sentencepiece"]), build_hf)
-    hf_dir, f32_gguf = hf.directory / "hf", hf.directory / "model-f32.gguf"
     if from_hf:  # end ids and BOS as llama.cpp reads the float32 GGUF written from the folder
-        facts = _confirmed(facts, f32_gguf)
+        facts = _confirmed(facts, hf.directory / "model-f32.gguf")
     tokenizer_check = json.loads((hf.directory / "tokenizer_check.json").read_text())
     add_bos, eog = facts.tokenizer.add_bos, facts.tokenizer.eog_ids
     runner.say(f"{facts.architecture} '{facts.name}': {facts.num_layers} layers, hidden "
                f"{facts.hidden_size}, vocab {facts.vocab_size} ({facts.tokenizer.model}), "
                f"BOS {'added' if add_bos else 'not added'}, end ids {list(eog)}; tokenizers "
                f"agree with llama.cpp on {', '.join(tokenizer_check)}")
-    text = root / TEXT_DIR
-    text.mkdir(parents=True, exist_ok=True)
-    artifacts: list[dict[str, Any]] = []
-    stage_keys = [hf.key]
+    job = _Job(source, from_hf, src_sha, src_bytes, root, name, plan, runner, versions, facts,
+               hf, tokenizer_check, stage_keys=[hf.key])
+    job.text.mkdir(parents=True, exist_ok=True)
+    return job
 
-    def record(fmt: str, precision: str, rel: list[Path], stage: Any) -> None:
-        size = sum(_size(p) for p in rel)
-        artifacts.append({"format": fmt, "precision": precision,
-                          "paths": [p.relative_to(root).as_posix() for p in rel],
-                          "bytes": size, "seconds": round(_stage_time(stage), 1),
-                          "cached": stage.cached})
-        stage_keys.append(stage.key)
 
-    if "gguf" in plan.formats:
-        if plan.keep_source_gguf and not from_hf:
-            dest = text / f"{name}-source.gguf"
-            _place(source, dest)
-            artifacts.append({"format": "gguf", "precision": "source",
-                              "paths": [dest.relative_to(root).as_posix()],
+@dataclass(frozen=True)
+class _FormatStage:
+    """One output format as a table entry. For each precision ``p`` of the plan (after
+    ``prepare(job)`` once, whose result ``prep`` the others get): ``reuse(job, p)`` may name a
+    file that is already the output (no stage); else the stage ``<fmt>-<p>`` runs
+    ``build(job, p, prep, dir)`` keyed by ``key(job, p, prep)`` (the ``hf`` key, the precision,
+    tool versions, code hashes), and ``outputs(job, p, dir)`` (stage file -> bundle path under
+    text/) are placed in the bundle; with ``checked``, the stage's ``checked.json`` goes into
+    the report."""
+
+    fmt: str
+    prepare: Callable[[_Job], Any]
+    key: Callable[[_Job, str, Any], tuple[Any, ...]]
+    build: Callable[[_Job, str, Any, Path], None]
+    outputs: Callable[[_Job, str, Path], list[tuple[Path, Path]]]
+    checked: bool = False
+    reuse: Callable[[_Job, str], Path | None] = lambda job, p: None
+
+
+def _run_format(job: _Job, stage: _FormatStage) -> None:
+    """Every precision of ``stage``'s format: run (or reuse) its stage, place its outputs."""
+    prep = stage.prepare(job)
+    for prec in job.plan.formats[stage.fmt]:
+        ready = stage.reuse(job, prec)
+        if ready is not None:
+            dest = stage.outputs(job, prec, ready.parent)[0][1]
+            _place(ready, dest)
+            job.record(stage.fmt, prec, [dest], job.hf)
+            continue
+        st = job.runner.run(f"{stage.fmt}-{prec}", stage.key(job, prec, prep),
+                            functools.partial(stage.build, job, prec, prep))
+        places = stage.outputs(job, prec, Path(st.directory))
+        for made, dest in places:
+            _place(made, dest)
+        if stage.checked:
+            job.checked[stage.fmt][prec] = json.loads(
+                (st.directory / "checked.json").read_text())
+        job.record(stage.fmt, prec, [dest for _, dest in places], st)
+
+
+def _gguf_prepare(job: _Job) -> None:
+    if job.plan.keep_source_gguf and not job.from_hf:
+        dest = job.text / f"{job.name}-source.gguf"
+        _place(job.source, dest)
+        job.artifacts.append({"format": "gguf", "precision": "source",
+                              "paths": [dest.relative_to(job.root).as_posix()],
                               "bytes": _size(dest), "seconds": 0.0, "cached": True})
-        for prec in plan.formats["gguf"]:
-            dest = text / f"{name}-{prec}.gguf"
-            if prec == "f32":
-                _place(f32_gguf, dest)
-                record("gguf", prec, [dest], hf)
-                continue
-            from .gguf_out import quantize
 
-            def build_gguf(d: Path, p: str = prec) -> None:
-                quantize(f32_gguf, d / "model.gguf", p, plan.threads)
 
-            st = runner.run(f"gguf-{prec}", (hf.key, prec, versions["llama-cpp-python"],
-                                             toolchain.code_hash("gguf_out")),
-                            build_gguf)
-            _place(st.directory / "model.gguf", dest)
-            record("gguf", prec, [dest], st)
+def _gguf_build(job: _Job, p: str, prep: Any, d: Path) -> None:
+    from .gguf_out import quantize
 
-    mlx_checked: dict[str, Any] = {}
-    if "mlx" in plan.formats:
-        from .hf_checkpoint import config_dict
-        from .mlx_out import convert_mlx
+    quantize(job.f32_gguf, d / "model.gguf", p, job.plan.threads)
 
-        expected = _mlx_expected(config_dict(facts))
-        for prec in plan.formats["mlx"]:
-            def build_mlx(d: Path, p: str = prec) -> None:
-                seen = convert_mlx(hf_dir, d / "mlx", p, expected, d / "mlx_convert.log")
-                (d / "checked.json").write_text(json.dumps(seen, indent=1, default=str))
 
-            st = runner.run(f"mlx-{prec}", (hf.key, prec, versions["mlx-lm"], versions["mlx"],
-                                            toolchain.code_hash("mlx_out")),
-                            build_mlx)
-            dest = text / f"{name}-mlx-{prec}"
-            _place(st.directory / "mlx", dest)
-            mlx_checked[prec] = json.loads((st.directory / "checked.json").read_text())
-            record("mlx", prec, [dest], st)
+def _mlx_prepare(job: _Job) -> Any:
+    from .hf_checkpoint import config_dict
 
-    if "litert" in plan.formats:
-        from .litert_out import export_tflite, package_litertlm
+    return _mlx_expected(config_dict(job.facts))
 
-        exporter = toolchain.litert_torch_python()
-        assert exporter is not None  # toolchain.require("litert") checked
-        exporter_version = toolchain.litert_torch_version(exporter)
-        use_sp = plan.litert_tokenizer == "sp" or (
-            plan.litert_tokenizer == "auto" and facts.tokenizer.model == "llama")
-        for prec in plan.formats["litert"]:
-            def build_litert(d: Path, p: str = prec) -> None:
-                tfl = export_tflite(exporter, hf_dir, d / "export", precision=p,
-                                    prefill_lengths=list(plan.prefill_lengths),
-                                    cache_length=plan.cache_length, log_path=d / "export.log",
-                                    threads=plan.threads)
-                os.replace(tfl, d / "model.tflite")
-                shutil.rmtree(d / "export")
-                package_litertlm(d / "model.tflite", d / "model.litertlm", facts,
-                                 cache_length=plan.cache_length,
-                                 hf_tokenizer=None if use_sp else hf_dir / "tokenizer.json",
-                                 sp_model=hf_dir / "tokenizer.model" if use_sp else None)
 
-            st = runner.run(f"litert-{prec}",
-                            (hf.key, prec, list(plan.prefill_lengths), plan.cache_length,
-                             use_sp, exporter_version, versions["litert-lm-builder"],
-                             toolchain.code_hash("litert_out")),
-                            build_litert)
-            base = f"{name}-{prec}"
-            tfl, lm = text / f"{base}.tflite", text / f"{base}.litertlm"
-            side = text / f"{base}.tokenizer.json"
-            _place(st.directory / "model.tflite", tfl)
-            _place(st.directory / "model.litertlm", lm)
-            _place(hf_dir / "tokenizer.json", side)
-            record("litert", prec, [tfl, lm, side], st)
+def _mlx_build(job: _Job, p: str, expected: Any, d: Path) -> None:
+    from .mlx_out import convert_mlx
 
-    coreml_checked: dict[str, Any] = {}
-    if "coreml" in plan.formats:
-        from .coreml_out import convert_coreml
+    seen = convert_mlx(job.hf_dir, d / "mlx", p, expected, d / "mlx_convert.log")
+    (d / "checked.json").write_text(json.dumps(seen, indent=1, default=str))
 
-        for prec in plan.formats["coreml"]:
-            def build_coreml(d: Path, p: str = prec) -> None:
-                checks = convert_coreml(hf_dir, facts, d / "model.mlpackage", p,
-                                        plan.cache_length)
-                (d / "checked.json").write_text(json.dumps(checks, indent=1, default=str))
 
-            st = runner.run(f"coreml-{prec}", (hf.key, prec, plan.cache_length,
-                                               versions["coremltools"], versions["torch"],
-                                               toolchain.code_hash("coreml_out")), build_coreml)
-            dest = text / f"{name}-{prec}.mlpackage"
-            _place(st.directory / "model.mlpackage", dest)
-            coreml_checked[prec] = json.loads((st.directory / "checked.json").read_text())
-            record("coreml", prec, [dest], st)
+def _litert_prepare(job: _Job) -> tuple[Any, Any, bool]:
+    """(the litert-torch python, its version, whether the tokenizer is SentencePiece's)."""
+    exporter = toolchain.litert_torch_python()
+    assert exporter is not None  # toolchain.require("litert") checked
+    exporter_version = toolchain.litert_torch_version(exporter)
+    plan = job.plan
+    use_sp = plan.litert_tokenizer == "sp" or (
+        plan.litert_tokenizer == "auto" and job.facts.tokenizer.model == "llama")
+    return exporter, exporter_version, use_sp
 
-    manifest = write_manifest(root, name=name)
-    runner.say(f"manifest: {len(manifest.artifacts)} artifacts, "
-               f"{sum(len(a.files) for a in manifest.artifacts)} files")
-    report: dict[str, Any] = {
+
+def _litert_build(job: _Job, p: str, prep: tuple[Any, Any, bool], d: Path) -> None:
+    from .litert_out import export_tflite, package_litertlm
+
+    (exporter, _, use_sp), plan, hf_dir = prep, job.plan, job.hf_dir
+    tfl = export_tflite(exporter, hf_dir, d / "export", precision=p,
+                        prefill_lengths=list(plan.prefill_lengths),
+                        cache_length=plan.cache_length, log_path=d / "export.log",
+                        threads=plan.threads)
+    os.replace(tfl, d / "model.tflite")
+    shutil.rmtree(d / "export")
+    package_litertlm(d / "model.tflite", d / "model.litertlm", job.facts,
+                     cache_length=plan.cache_length,
+                     hf_tokenizer=None if use_sp else hf_dir / "tokenizer.json",
+                     sp_model=hf_dir / "tokenizer.model" if use_sp else None)
+
+
+def _litert_outputs(job: _Job, p: str, d: Path) -> list[tuple[Path, Path]]:
+    base = f"{job.name}-{p}"
+    return [(d / "model.tflite", job.text / f"{base}.tflite"),
+            (d / "model.litertlm", job.text / f"{base}.litertlm"),
+            (job.hf_dir / "tokenizer.json", job.text / f"{base}.tokenizer.json")]
+
+
+def _coreml_build(job: _Job, p: str, prep: Any, d: Path) -> None:
+    from .coreml_out import convert_coreml
+
+    checks = convert_coreml(job.hf_dir, job.facts, d / "model.mlpackage", p,
+                            job.plan.cache_length)
+    (d / "checked.json").write_text(json.dumps(checks, indent=1, default=str))
+
+
+#: The format stages, in the order they run; their keys are the cache keys (keep them stable:
+#: a changed key reconverts every cached stage).
+_STAGES: tuple[_FormatStage, ...] = (
+    _FormatStage(
+        "gguf", _gguf_prepare,
+        key=lambda job, p, _: (job.hf.key, p, job.versions["llama-cpp-python"],
+                               toolchain.code_hash("gguf_out")),
+        build=_gguf_build,
+        outputs=lambda job, p, d: [(d / "model.gguf", job.text / f"{job.name}-{p}.gguf")],
+        reuse=lambda job, p: job.f32_gguf if p == "f32" else None),
+    _FormatStage(
+        "mlx", _mlx_prepare,
+        key=lambda job, p, _: (job.hf.key, p, job.versions["mlx-lm"], job.versions["mlx"],
+                               toolchain.code_hash("mlx_out")),
+        build=_mlx_build,
+        outputs=lambda job, p, d: [(d / "mlx", job.text / f"{job.name}-mlx-{p}")],
+        checked=True),
+    _FormatStage(
+        "litert", _litert_prepare,
+        key=lambda job, p, prep: (job.hf.key, p, list(job.plan.prefill_lengths),
+                                  job.plan.cache_length, prep[2], prep[1],
+                                  job.versions["litert-lm-builder"],
+                                  toolchain.code_hash("litert_out")),
+        build=_litert_build, outputs=_litert_outputs),
+    _FormatStage(
+        "coreml", lambda job: None,
+        key=lambda job, p, _: (job.hf.key, p, job.plan.cache_length,
+                               job.versions["coremltools"], job.versions["torch"],
+                               toolchain.code_hash("coreml_out")),
+        build=_coreml_build,
+        outputs=lambda job, p, d: [(d / "model.mlpackage",
+                                    job.text / f"{job.name}-{p}.mlpackage")],
+        checked=True),
+)
+
+
+def _report(job: _Job) -> dict[str, Any]:
+    """The conversion report (``convert.json``) without ``parity`` and ``seconds``."""
+    facts = job.facts
+    return {
         "schema_version": 1,
-        "source": {"path": str(source), "kind": "huggingface" if from_hf else "gguf",
-                   "sha256": src_sha, "bytes": src_bytes},
+        "source": {"path": str(job.source), "kind": "huggingface" if job.from_hf else "gguf",
+                   "sha256": job.src_sha, "bytes": job.src_bytes},
         "model": {"architecture": facts.architecture, "name": facts.name,
                   "layers": facts.num_layers, "hidden": facts.hidden_size,
                   "vocab": facts.vocab_size, "tokenizer": facts.tokenizer.model,
-                  "add_bos": add_bos, "bos_id": facts.tokenizer.bos_id,
-                  "eog_ids": list(eog), "chat_template": facts.tokenizer.chat_template
+                  "add_bos": facts.tokenizer.add_bos, "bos_id": facts.tokenizer.bos_id,
+                  "eog_ids": list(facts.tokenizer.eog_ids),
+                  "chat_template": facts.tokenizer.chat_template
                   is not None, "sliding_window": facts.sliding_window},
-        "tokenizer_check": tokenizer_check,
-        "tools": versions, "converter_code": toolchain.code_hash(), "artifacts": artifacts,
-        "mlx_config_checked": mlx_checked, "coreml_checked": coreml_checked,
-        "stages": runner.summary(),
+        "tokenizer_check": job.tokenizer_check,
+        "tools": job.versions, "converter_code": toolchain.code_hash(),
+        "artifacts": job.artifacts, "mlx_config_checked": job.checked["mlx"],
+        "coreml_checked": job.checked["coreml"], "stages": job.runner.summary(),
     }
-    if plan.verify:
-        from . import verify_key
-        from .verify import verify_bundle_parity
 
-        # keyed by the artifacts, the runtimes' versions, verify.py and the serving modules the
-        # last verification of these artifacts loaded (see verify_key)
-        vbase = verify_key.base_parts(stage_keys, versions)
 
-        def build_verify(d: Path) -> None:
-            parity = verify_bundle_parity(root, hf_dir, f32_gguf, facts, log=runner.say,
-                                          threads=plan.threads)
-            text = json.dumps(parity, indent=1) + "\n"
-            failed = {k: v["error"] for k, v in parity["artifacts"].items() if "error" in v}
-            if failed:  # left in the bundle for a look; the stage stays unfinished
-                (root / "parity.json").write_text(text)
-                raise BackendRuntimeError(f"--verify could not run every artifact: {failed}")
-            (d / "parity.json").write_text(text)
-            verify_key.record_modules(runner.work_dir, vbase, verify_key.loaded_modules())
+def _verify_stage(job: _Job) -> None:
+    """The ``verify`` stage: every artifact against transformers; ``parity.json`` in the
+    bundle."""
+    from . import verify_key
+    from .verify import verify_bundle_parity
 
-        st = runner.run("verify", verify_key.verify_key_parts(runner.work_dir, vbase),
+    root, versions = job.root, job.versions
+    # keyed by the artifacts, the runtimes' versions, verify.py and the serving modules the
+    # last verification of these artifacts loaded (see verify_key)
+    vbase = verify_key.base_parts(job.stage_keys, versions)
+
+    def build_verify(d: Path) -> None:
+        parity = verify_bundle_parity(root, job.hf_dir, job.f32_gguf, job.facts,
+                                      log=job.runner.say, threads=job.plan.threads)
+        text = json.dumps(parity, indent=1) + "\n"
+        failed = {k: v["error"] for k, v in parity["artifacts"].items() if "error" in v}
+        if failed:  # left in the bundle for a look; the stage stays unfinished
+            (root / "parity.json").write_text(text)
+            raise BackendRuntimeError(f"--verify could not run every artifact: {failed}")
+        (d / "parity.json").write_text(text)
+        verify_key.record_modules(job.runner.work_dir, vbase, verify_key.loaded_modules())
+
+    st = job.runner.run("verify", verify_key.verify_key_parts(job.runner.work_dir, vbase),
                         build_verify)
-        if not st.cached:  # filed under the modules it loaded, where the next run looks
-            st = runner.rekey(st, verify_key.verify_key_parts(runner.work_dir, vbase))
-        shutil.copy2(st.directory / "parity.json", root / "parity.json")
-        report["parity"] = "parity.json"
-    report["seconds"] = round(sum(r.seconds for r in runner.records), 1)
-    (root / "convert.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
-    runner.say(f"bundle {root} ready")
-    return report
+    if not st.cached:  # filed under the modules it loaded, where the next run looks
+        st = job.runner.rekey(st, verify_key.verify_key_parts(job.runner.work_dir, vbase))
+    shutil.copy2(st.directory / "parity.json", root / "parity.json")
 
 
 def _confirmed(facts: Any, gguf_path: Path) -> Any:

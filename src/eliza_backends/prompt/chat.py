@@ -333,13 +333,20 @@ def _environment() -> Any:
     env = BoundedSandbox(trim_blocks=True, lstrip_blocks=True, autoescape=False,
                          extensions=["jinja2.ext.loopcontrols"],
                          finalize=lambda value: _budget().add(value, "output"))
+    return _bound_names(env)
+
+
+def _raise_exception(message: str) -> None:
+    """The ``raise_exception`` global that HF chat templates call to refuse a conversation."""
+    raise TemplateError(f"the chat template refused the messages: {message}")
+
+
+def _bound_names(env: Any) -> Any:
+    """Puts every filter of ``env`` under the render budget, drops ``lipsum`` and adds
+    ``raise_exception``; returns ``env`` (changed in place)."""
     env.filters = {name: _bounded_filter(name, fn) for name, fn in env.filters.items()}
     env.globals.pop("lipsum", None)  # lipsum(n) builds n paragraphs; no chat template needs it
-
-    def raise_exception(message: str) -> None:
-        raise TemplateError(f"the chat template refused the messages: {message}")
-
-    env.globals["raise_exception"] = raise_exception
+    env.globals["raise_exception"] = _raise_exception
     return env
 
 

@@ -42,9 +42,11 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..config import StreamConfig
 from ..errors import CancelledError, ContextFullError, ElizaError, UnsupportedOperationError
 from ..openai.completions import (
     Generation,
+    Prompt,
     Responder,
     generation_for,
     request_prompt,
@@ -264,100 +266,24 @@ class OpenAIServer:
 
     async def _generate(self, request: Request, req: ChatCompletionRequest | CompletionRequest,
                         kind: str, routing: str) -> Response:
+        """Starts ``req`` on a leased session (its first choice's prompt is decoded before this
+        returns, so prompt errors become plain HTTP errors) and answers it, whole or streamed."""
         log: dict[str, Any] = request.scope[_LOG_KEY]
         prompt = request_prompt(req)
         responder = Responder("chat" if kind == "chat" else "text", self.model)
-
-        def starter(config_index: int) -> Callable[[Stream], Generation]:
-            def start(stream: Stream) -> Generation:
-                gen = generation_for(stream, req, prompt)
-                gen.start()
-                return gen
-            return start
-
         configs = [session_config(self.pool.config, req, i) for i in range(req.n)]
         lease = await self.pool.acquire(routing, configs[0])
         log["slot"] = lease.slot.index
         try:
-            first = await lease.call(starter(0), configs[0])
+            first = await lease.call(_starter(req, prompt), configs[0])
         except BaseException:
             lease.release()
             raise
         log["prompt_tokens"], log["cached_tokens"] = first.prompt_tokens, first.cached_tokens
-
-        async def choices() -> AsyncIterator[tuple[int, Generation, str | None]]:
-            """(index, generation, text): text None opens a choice, then each step's text."""
-            gen = first
-            for index in range(req.n):
-                if index:
-                    gen = await lease.call(starter(index), configs[index])
-                yield index, gen, None
-                step = _stepper(gen)
-                while not gen.done:
-                    text = await lease.call(step)
-                    yield index, gen, text
-                finished.append(gen)
-
-        finished: list[Generation] = []
-
-        def note_end(outcome: str) -> None:
-            last = finished[-1] if finished else first
-            log.update(completion_tokens=sum(g.completion_tokens for g in finished) or
-                       last.completion_tokens, finish=last.finish_reason, outcome=outcome)
-            if last.first_token_at is not None and last.started_at is not None:
-                log["ttft_ms"] = round((last.first_token_at - last.started_at) * 1000, 1)
-
-        def held_text() -> str:
-            last = finished[-1] if finished else first
-            return routing + last.text
-
+        run = _Run(req, prompt, configs, lease, first, log, routing, responder)
         if not req.stream:
-            watcher = asyncio.create_task(self._cancel_on_disconnect(request, lease))
-            try:
-                async for _ in choices():
-                    pass
-            except Exception as exc:
-                note_end("cancelled" if isinstance(exc, CancelledError) else "error")
-                if isinstance(exc, CancelledError) and lease.cancel_reason is not None:
-                    return ApiError(499 if "client" in lease.cancel_reason else 503,
-                                    f"generation stopped: {lease.cancel_reason}",
-                                    type="server_error", code="cancelled").response()
-                raise
-            finally:
-                watcher.cancel()
-                freed = lease.release(held_text())
-            note_end("ok")
-            await freed
-            return JSONResponse(responder.final(finished).model_dump(exclude_none=True))
-
-        async def events() -> AsyncIterator[bytes]:
-            outcome = "cancelled"
-            try:
-                async for index, gen, text in choices():
-                    if text is None:
-                        chunk = responder.first_chunk(index)
-                        if chunk is not None:
-                            yield sse(chunk)
-                    elif text or gen.done or gen.step_logprobs:
-                        yield sse(responder.chunk(index, text, gen.finish_reason, gen))
-                if req.include_usage:
-                    yield sse(responder.usage_chunk(usage_of(finished)))
-                await lease.release(held_text())
-                yield sse("[DONE]")
-                outcome = "ok"
-            except Exception as exc:
-                if isinstance(exc, CancelledError) and lease.cancel_reason is not None:
-                    message = f"generation stopped: {lease.cancel_reason}"
-                    yield sse(ApiError(503, message, type="server_error",
-                                       code="cancelled").body())
-                else:
-                    outcome = "error"
-                    yield sse(api_error(exc).body())
-            finally:
-                note_end(outcome)
-                lease.release(held_text())
-
-        return GenerationResponse(events(), lease)
+            return await run.whole(self._cancel_on_disconnect(request, lease))
+        return GenerationResponse(run.events(), lease)
 
     async def _cancel_on_disconnect(self, request: Request, lease: Lease) -> None:
         """Cancel ``lease`` when the client of a non-streamed request disconnects."""
@@ -366,6 +292,107 @@ class OpenAIServer:
             if message["type"] == "http.disconnect":
                 lease.cancel("the client went away")
                 return
+
+
+def _starter(req: ChatCompletionRequest | CompletionRequest,
+             prompt: Prompt) -> Callable[[Stream], Generation]:
+    """The slot-thread job that starts one choice of ``req`` on the leased stream."""
+    def start(stream: Stream) -> Generation:
+        gen = generation_for(stream, req, prompt)
+        gen.start()
+        return gen
+    return start
+
+
+class _Run:
+    """One request's choices on one lease, after its first choice started: runs the rest,
+    logs how it ended and gives the lease back (with the text it holds) exactly once per path.
+    Owned by the request's task; the lease's slot thread runs the steps."""
+
+    def __init__(self, req: ChatCompletionRequest | CompletionRequest, prompt: Prompt,
+                 configs: list[StreamConfig], lease: Lease, first: Generation, log: dict[str, Any],
+                 routing: str, responder: Responder) -> None:
+        self.req, self.prompt, self.configs = req, prompt, configs
+        self.lease, self.first, self.log = lease, first, log
+        self.routing, self.responder = routing, responder
+        self.finished: list[Generation] = []
+
+    async def choices(self) -> AsyncIterator[tuple[int, Generation, str | None]]:
+        """(index, generation, text): text None opens a choice, then each step's text."""
+        gen = self.first
+        for index in range(self.req.n):
+            if index:
+                gen = await self.lease.call(_starter(self.req, self.prompt),
+                                            self.configs[index])
+            yield index, gen, None
+            step = _stepper(gen)
+            while not gen.done:
+                text = await self.lease.call(step)
+                yield index, gen, text
+            self.finished.append(gen)
+
+    def _last(self) -> Generation:
+        return self.finished[-1] if self.finished else self.first
+
+    def note_end(self, outcome: str) -> None:
+        last = self._last()
+        self.log.update(completion_tokens=sum(g.completion_tokens for g in self.finished) or
+                        last.completion_tokens, finish=last.finish_reason, outcome=outcome)
+        if last.first_token_at is not None and last.started_at is not None:
+            self.log["ttft_ms"] = round((last.first_token_at - last.started_at) * 1000, 1)
+
+    def held_text(self) -> str:
+        return self.routing + self._last().text
+
+    async def whole(self, watch: Awaitable[None]) -> Response:
+        """The non-streamed answer; ``watch`` (cancelling the lease on a disconnect) runs
+        alongside the generation."""
+        lease = self.lease
+        watcher = asyncio.ensure_future(watch)
+        try:
+            async for _ in self.choices():
+                pass
+        except Exception as exc:
+            self.note_end("cancelled" if isinstance(exc, CancelledError) else "error")
+            if isinstance(exc, CancelledError) and lease.cancel_reason is not None:
+                return ApiError(499 if "client" in lease.cancel_reason else 503,
+                                f"generation stopped: {lease.cancel_reason}",
+                                type="server_error", code="cancelled").response()
+            raise
+        finally:
+            watcher.cancel()
+            freed = lease.release(self.held_text())
+        self.note_end("ok")
+        await freed
+        return JSONResponse(self.responder.final(self.finished).model_dump(exclude_none=True))
+
+    async def events(self) -> AsyncIterator[bytes]:
+        """The server-sent events of a streamed answer."""
+        responder, lease, outcome = self.responder, self.lease, "cancelled"
+        try:
+            async for index, gen, text in self.choices():
+                if text is None:
+                    chunk = responder.first_chunk(index)
+                    if chunk is not None:
+                        yield sse(chunk)
+                elif text or gen.done or gen.step_logprobs:
+                    yield sse(responder.chunk(index, text, gen.finish_reason, gen))
+            if self.req.include_usage:
+                yield sse(responder.usage_chunk(usage_of(self.finished)))
+            await lease.release(self.held_text())
+            yield sse("[DONE]")
+            outcome = "ok"
+        except Exception as exc:
+            if isinstance(exc, CancelledError) and lease.cancel_reason is not None:
+                message = f"generation stopped: {lease.cancel_reason}"
+                yield sse(ApiError(503, message, type="server_error",
+                                   code="cancelled").body())
+            else:
+                outcome = "error"
+                yield sse(api_error(exc).body())
+        finally:
+            self.note_end(outcome)
+            lease.release(self.held_text())
 
 
 def _stepper(gen: Generation) -> Callable[[Stream], str]:

@@ -211,7 +211,7 @@ def _walk(fb: _Flatbuffer) -> None:
                 raise _Invalid(f"its data spans bytes {offset}..{offset + extent}")
             size = extent
         buffer_sizes.append(size)
-    n_buffers, n_subgraphs, n_opcodes = len(buffers), len(subgraphs), len(builtin_codes)
+    n_buffers, n_subgraphs = len(buffers), len(subgraphs)
     fb.where = ("the model table",)
     if any(not 0 <= i < n_buffers for i in fb.ints(model, 5)):
         raise _Invalid(f"metadata_buffer names a buffer outside 0..{n_buffers - 1}")
@@ -227,38 +227,51 @@ def _walk(fb: _Flatbuffer) -> None:
     fb.tables(model, 9)  # external buffers: scalars only
 
     limit = max(_MIN_TENSOR_LIMIT, 16 * fb.size)
-    n_tensors_of: list[int] = []
-    for g, sg in enumerate(subgraphs):
-        fb.where = ("subgraph", g)
-        tensors = fb.tables(sg, 0)
-        n_t = len(tensors)
-        n_tensors_of.append(n_t)
-        given: set[int] = set()  # constants and variables: there before any operator runs
-        for t, tf in enumerate(tensors):
-            fb.where = ("subgraph", g, "tensor", t)
-            if _check_tensor(fb, tf, n_t, buffer_sizes, limit):
-                given.add(t)
-        fb.where = ("subgraph", g)
-        inputs, outputs = fb.ints(sg, 1), fb.ints(sg, 2)
-        for i in (*inputs, *outputs):
-            if not 0 <= i < n_t:
-                raise _Invalid(f"its inputs or outputs name tensor {i} of {n_t}")
-        ready = given | set(inputs)  # what an operator may read
-        written: set[int] = set()
-        for o, of in enumerate(fb.tables(sg, 3)):
-            fb.where = ("subgraph", g, "operator", o)
-            for t in _check_operator(fb, of, builtin_codes, n_opcodes, n_t, n_subgraphs):
-                if t in written or (t in ready and t not in given):
-                    raise _Invalid(f"it writes tensor {t}, which a subgraph input or an "
-                                   "earlier operator already provides")
-                written.add(t)
-            ready |= written
-        fb.where = ("subgraph", g)
-        missing = [t for t in outputs if t not in ready]
-        if missing:
-            raise _Invalid(f"its outputs {missing[:4]} are produced by no operator")
-        fb.string(sg, 4)
+    n_tensors_of = [_check_subgraph(fb, g, sg, builtin_codes, n_subgraphs, buffer_sizes, limit)
+                    for g, sg in enumerate(subgraphs)]
+    _check_signatures(fb, model, subgraphs, n_tensors_of)
 
+
+def _check_subgraph(fb: _Flatbuffer, g: int, sg: Sequence[int], builtin_codes: Sequence[int],
+                    n_subgraphs: int, buffer_sizes: Sequence[int | None], limit: int) -> int:
+    """Check subgraph ``g`` (its tensors, its operators in order, its inputs and outputs);
+    returns its number of tensors."""
+    n_opcodes = len(builtin_codes)
+    fb.where = ("subgraph", g)
+    tensors = fb.tables(sg, 0)
+    n_t = len(tensors)
+    given: set[int] = set()  # constants and variables: there before any operator runs
+    for t, tf in enumerate(tensors):
+        fb.where = ("subgraph", g, "tensor", t)
+        if _check_tensor(fb, tf, n_t, buffer_sizes, limit):
+            given.add(t)
+    fb.where = ("subgraph", g)
+    inputs, outputs = fb.ints(sg, 1), fb.ints(sg, 2)
+    for i in (*inputs, *outputs):
+        if not 0 <= i < n_t:
+            raise _Invalid(f"its inputs or outputs name tensor {i} of {n_t}")
+    ready = given | set(inputs)  # what an operator may read
+    written: set[int] = set()
+    for o, of in enumerate(fb.tables(sg, 3)):
+        fb.where = ("subgraph", g, "operator", o)
+        for t in _check_operator(fb, of, builtin_codes, n_opcodes, n_t, n_subgraphs):
+            if t in written or (t in ready and t not in given):
+                raise _Invalid(f"it writes tensor {t}, which a subgraph input or an "
+                               "earlier operator already provides")
+            written.add(t)
+        ready |= written
+    fb.where = ("subgraph", g)
+    missing = [t for t in outputs if t not in ready]
+    if missing:
+        raise _Invalid(f"its outputs {missing[:4]} are produced by no operator")
+    fb.string(sg, 4)
+    return n_t
+
+
+def _check_signatures(fb: _Flatbuffer, model: Sequence[int], subgraphs: Sequence[Sequence[int]],
+                      n_tensors_of: Sequence[int]) -> None:
+    """Check the model's signatures: each names a subgraph and distinct inputs / outputs of it."""
+    n_subgraphs = len(subgraphs)
     io_of = [(set(fb.ints(sg, 1)), set(fb.ints(sg, 2))) for sg in subgraphs]
     for s, sf in enumerate(fb.tables(model, 7)):
         fb.where = ("signature", s)

@@ -9,24 +9,32 @@ draft model to llama.cpp (both import ``model``, never each other).
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from functools import cached_property
 from pathlib import Path
 
 from eliza_backends import (
     Availability,
+    BundleError,
     Factory,
     InferenceContext,
     ModelInfo,
     Session,
+    Status,
     StreamConfig,
     hookimpl,
 )
-from eliza_backends.backend import Drafter
+from eliza_backends.backend import Drafter, find_artifacts
 
 from .options import LlamaCppOptions
 
 __version__ = "0.1.0"
+
+#: Architectures of an MTP assistant over a target's context (``gemma4-assistant``: Gemma 4's),
+#: each with the target architectures it can run over; a header probe finds them under
+#: text/draft/ without importing llama_cpp.
+MTP_ARCHITECTURES: dict[str, frozenset[str]] = {"gemma4-assistant": frozenset({"gemma4"})}
 
 _LIB_NAMES = {"linux": "libllama.so", "darwin": "libllama.dylib", "win32": "llama.dll"}
 
@@ -71,19 +79,74 @@ class LlamaCppFactory(Factory):
         options: LlamaCppOptions = self.parse_options(config)
         model = shared_model(context, self.artifact(context.bundle_dir, name=options.artifact),
                              options)
+        if config.drafter == "mtp":
+            from .mtp import MtpDrafter
+
+            assistant = shared_model(context, self.mtp_artifact(context.bundle_dir, config),
+                                     options)
+            return LlamaCppSession(model, config, options, context, linked=lambda ctx: MtpDrafter(
+                assistant, model, ctx, config, options))
         drafter = self.make_drafter(context, config, model.info)
         return LlamaCppSession(model, config, options, context, drafter)
 
     def make_draft_model(self, context: InferenceContext, config: StreamConfig,
                          target: ModelInfo) -> Drafter:
-        """A GGUF from ``text/draft/`` (or ``draft_model``) in its own llama.cpp context."""
+        """A GGUF from ``text/draft/`` (or ``draft_model``) in its own llama.cpp context (the
+        first that is not an MTP assistant, which needs ``drafter="mtp"``)."""
         from .draft import DraftModel
         from .model import shared_model
 
-        path = self.draft_artifact(context.bundle_dir, config)
+        if config.draft_model is not None:
+            path = self.draft_artifact(context.bundle_dir, config)
+        else:
+            path = self._drafts(context.bundle_dir, mtp=False)[0]
         options: LlamaCppOptions = self.parse_options(config)
         model = shared_model(context, path, options)
         return DraftModel(model, target.vocab_size, config, options)
+
+    def mtp_artifact(self, bundle_dir: str | os.PathLike[str], config: StreamConfig) -> Path:
+        """The MTP assistant for ``drafter="mtp"``: ``config.draft_model``, else the first GGUF
+        under ``text/draft/mtp/`` (then ``text/draft/``) whose architecture is an assistant's
+        (``gemma4-assistant``).
+        :class:`BundleError` (``ERR_CANNOT_SERVE``) when there is none."""
+        if config.draft_model is not None:
+            return self.draft_artifact(bundle_dir, config)
+        return self._drafts(bundle_dir, mtp=True)[0]
+
+    def drafters(self, bundle_dir: str | os.PathLike[str]) -> dict[str, str]:
+        """What each drafter would use on ``bundle_dir`` (for explain / ``select --explain``)."""
+        root = Path(bundle_dir)
+        out = {"ngram": "prompt lookup over the sequence itself (no model)"}
+        for kind, mtp in (("model", False), ("mtp", True)):
+            try:
+                path = self._drafts(bundle_dir, mtp=mtp)[0]
+            except BundleError as exc:
+                out[kind] = f"cannot: {exc.message}"
+                continue
+            what = ("the target's multi-token-prediction assistant, drafting from its hidden "
+                    "state" if mtp else "a draft model in its own context")
+            out[kind] = f"{path.relative_to(root).as_posix()} ({what})"
+        return out
+
+    def _drafts(self, bundle_dir: str | os.PathLike[str], *, mtp: bool) -> list[Path]:
+        """The GGUFs that are MTP assistants (``mtp``: under ``text/draft/mtp/``, where bundles
+        keep them, then ``text/draft/``) or draft models (``text/draft/``), told apart by a
+        header probe each; :class:`BundleError` when there are none."""
+        from .gguf_header import gguf_architecture
+
+        found = find_artifacts(bundle_dir, self.formats, role="draft")
+        if mtp:
+            heads = Path(bundle_dir) / "text" / "draft" / "mtp"
+            found = sorted(p for p in heads.glob("*.gguf") if not p.name.startswith(".")) + found
+        found = [p for p in found if (gguf_architecture(p) in MTP_ARCHITECTURES) == mtp]
+        if not found:
+            what = ("MTP assistant under text/draft/mtp/ (a gemma4-assistant GGUF, as `bundle "
+                    "convert` writes for a Gemma 4 model with its assistant); use "
+                    "drafter='ngram' for this bundle" if mtp else "draft model under "
+                    "text/draft/ (a smaller GGUF with the same vocabulary; an MTP assistant "
+                    "there needs drafter='mtp'); ship one, or set draft_model")
+            raise BundleError(f"{bundle_dir} has no {what}", code=Status.ERR_CANNOT_SERVE)
+        return found
 
 
 @hookimpl

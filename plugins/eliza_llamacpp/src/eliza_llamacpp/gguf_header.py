@@ -71,4 +71,35 @@ def check_gguf(path: str | os.PathLike[str]) -> GGUFHeader:
     return GGUFHeader(version, n_tensors, n_kv, size)
 
 
-__all__ = ["GGUFHeader", "check_gguf"]
+_STRING = 8  # gguf_type GGUF_TYPE_STRING
+_ARCH_KEY = b"general.architecture"
+
+
+def gguf_architecture(path: str | os.PathLike[str]) -> str | None:
+    """The ``general.architecture`` of a GGUF when it is the first metadata pair (where every
+    converter writes it), read from the first few hundred bytes; None when the file is not a
+    GGUF or the first pair is something else. A cheap probe for choosing among draft files
+    (``gemma4-assistant`` is Gemma 4's MTP assistant); llama.cpp's load is the real check."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_FIXED.size + 8 + len(_ARCH_KEY) + 4 + 8 + 64)
+    except OSError:
+        return None
+    if len(head) < _FIXED.size + 8 or head[:4] != MAGIC:
+        return None
+    at = _FIXED.size
+    (n_key,) = struct.unpack_from("<Q", head, at)
+    at += 8
+    if n_key != len(_ARCH_KEY) or head[at:at + n_key] != _ARCH_KEY:
+        return None
+    at += n_key
+    if len(head) < at + 12 or struct.unpack_from("<I", head, at)[0] != _STRING:
+        return None
+    (n_val,) = struct.unpack_from("<Q", head, at + 4)
+    value = head[at + 12:at + 12 + n_val]
+    if n_val > 64 or len(value) != n_val:
+        return None
+    return value.decode("ascii", "replace")
+
+
+__all__ = ["GGUFHeader", "check_gguf", "gguf_architecture"]

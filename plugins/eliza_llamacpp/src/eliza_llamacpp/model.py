@@ -1,8 +1,10 @@
 """llama.cpp weights: loading a GGUF once per inference context, and the facts about it.
 
-Both the session and the draft-model drafter import this module (never each other): it owns
-llama.cpp's process-wide setup (backend init, log routing), :func:`load_model` /
-:func:`shared_model`, and the context and batch construction both need.
+Both the session and the drafters (:mod:`~eliza_llamacpp.draft`, :mod:`~eliza_llamacpp.mtp`)
+import this module (never each other): it owns llama.cpp's process-wide setup (backend init, log
+routing), :func:`load_model` / :func:`shared_model`, the context and batch construction they
+all need, and :class:`TargetLinkedDrafter`, the contract between the session and a drafter that
+reads the session's own context (Gemma 4's MTP assistant).
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ import ctypes
 import logging
 import os
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import llama_cpp as lc
 
@@ -25,6 +28,7 @@ from eliza_backends import (
     SessionClosedError,
     StreamConfig,
 )
+from eliza_backends.backend import Drafter
 
 from . import model_checks, native_guard
 from .gguf_header import check_gguf
@@ -230,19 +234,44 @@ def default_threads() -> int:
         return os.cpu_count() or 1
 
 
+#: Which rows of a batch have outputs (logits, hidden states): every one, the last, none.
+Outputs = Literal["all", "last", "none"]
+
+
+class TargetLinkedDrafter(Drafter, Protocol):
+    """A drafter built on the session's own ``llama_context`` (Gemma 4's MTP assistant reads
+    the target's KV cache and hidden states): the session builds it once its context exists,
+    owns it like any drafter, and reports every decode on that context to it."""
+
+    def target_decoded(self, start: int, tokens: Sequence[int], outputs: Outputs) -> None:
+        """The session's context just decoded ``tokens`` at positions ``start..`` with outputs
+        for ``outputs`` (as :func:`fill_batch` set them). Called right after each successful
+        ``llama_decode`` of the sequence, on the session's thread, before anything else runs on
+        that context (the hidden rows are read here; the next decode overwrites them)."""
+        ...
+
+
 def new_context(model: LoadedModel, config: StreamConfig, what: str, *,
                 n_ubatch: int | None = None,
                 flash_attention: Literal["off", "on", "auto"],
-                kv_cache_type: Literal["f16", "f32", "q8_0"]) -> Any:
+                kv_cache_type: Literal["f16", "f32", "q8_0"],
+                mtp_target: Any = None) -> Any:
     """A ``llama_context`` on ``model`` for one sequence, sized by ``config``, with
     ``n_ubatch`` (default: the batch size), flash attention and the KV cache's element type
     (no defaults here: :class:`LlamaCppOptions` holds them); ``what`` names it in the error
-    message."""
+    message. ``mtp_target``: a target's ``llama_context``; the context is then an MTP one
+    (``LLAMA_CONTEXT_TYPE_MTP``) over it, one token and one output per decode (Gemma 4's
+    assistant: its attention reads that context's KV cache, so the flash attention setting and
+    cache type must be the target's)."""
     threads = config.threads or default_threads()
     params = lc.llama_context_default_params()
     params.n_ctx = config.context_size
     params.n_batch = config.batch_size
     params.n_ubatch = min(n_ubatch or config.batch_size, config.batch_size)
+    if mtp_target is not None:
+        params.ctx_type = lc.LLAMA_CONTEXT_TYPE_MTP
+        params.ctx_other = mtp_target
+        params.n_batch = params.n_ubatch = params.n_outputs_max = 1
     params.n_seq_max = 1
     params.n_threads = params.n_threads_batch = threads
     params.no_perf = True
@@ -266,8 +295,7 @@ def one_token_batch() -> Any:
     return one
 
 
-def fill_batch(batch: Any, tokens: list[int], start: int,
-               outputs: Literal["all", "last", "none"]) -> None:
+def fill_batch(batch: Any, tokens: list[int], start: int, outputs: Outputs) -> None:
     """Put ``tokens`` at positions ``start..`` of sequence 0 into ``batch``, with logits for
     ``outputs``: every position, the last one, or none."""
     every = outputs == "all"
@@ -282,5 +310,13 @@ def fill_batch(batch: Any, tokens: list[int], start: int,
     batch.n_tokens = len(tokens)
 
 
-__all__ = ["RUNTIME", "LoadedModel", "default_threads", "fill_batch", "free_model",
+def architecture(model: LoadedModel) -> str:
+    """The loaded model's ``general.architecture`` ("" when it has none)."""
+    buf = ctypes.create_string_buffer(64)
+    n = lc.llama_model_meta_val_str(model.ptr, b"general.architecture", buf, len(buf))
+    return buf.value.decode("utf-8", "replace") if n >= 0 else ""
+
+
+__all__ = ["RUNTIME", "LoadedModel", "Outputs", "TargetLinkedDrafter", "architecture",
+           "default_threads", "fill_batch", "free_model",
            "load_model", "new_context", "one_token_batch", "shared_model", "use_extra_buffers"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import llama_cpp as lc
@@ -38,7 +38,14 @@ from eliza_backends import (
 )
 from eliza_backends.backend import Drafter, KVCursor, Sampler, accept_greedy, accept_sampled
 
-from .model import LoadedModel, fill_batch, new_context, one_token_batch
+from .model import (
+    LoadedModel,
+    Outputs,
+    TargetLinkedDrafter,
+    fill_batch,
+    new_context,
+    one_token_batch,
+)
 from .options import LlamaCppOptions
 
 _DECODE_ABORTED = 2
@@ -50,12 +57,16 @@ class LlamaCppSession(Session):
     backend_name = "llama.cpp"
 
     def __init__(self, model: LoadedModel, config: StreamConfig, options: LlamaCppOptions,
-                 context: InferenceContext | None, drafter: Drafter | None = None) -> None:
+                 context: InferenceContext | None, drafter: Drafter | None = None, *,
+                 linked: Callable[[Any], TargetLinkedDrafter] | None = None) -> None:
+        """``drafter``: a drafter of its own (n-gram, draft model); ``linked``: builds one on
+        this session's ``llama_context`` instead (the MTP assistant), told of every decode."""
         self._model = model
         # speculative rounds with sampling or a repeat penalty go through the core's numpy
         # sampler (the standard acceptance rule needs the target's probabilities)
-        self._spec_sampler = Sampler(config) if drafter is not None and not (
+        self._spec_sampler = Sampler(config) if (drafter or linked) is not None and not (
             config.greedy and config.repeat_penalty == 1.0) else None
+        self._linked: TargetLinkedDrafter | None = None
         self._ctx: Any = None
         self._sampler: Any = None
         self._batch: Any = None
@@ -72,6 +83,12 @@ class LlamaCppSession(Session):
         # the chain is exactly llama.cpp's greedy sampler then: the argmax gives its token
         self._argmax = config.greedy and config.repeat_penalty == 1.0
         self._cursor = KVCursor()
+        if linked is not None:
+            try:
+                drafter = self._linked = linked(ctx)
+            except BaseException:
+                self._close()
+                raise
         super().__init__(config, context, model.info, context_size=lc.llama_n_ctx(ctx),
                          drafter=drafter)
         # llama.cpp polls this inside llama_decode: the core's C-level cancel probe, so no
@@ -82,7 +99,8 @@ class LlamaCppSession(Session):
     def capabilities(self) -> Capabilities:
         return Capabilities(token_input=True, prefix_reuse=True, slots=True,
                             cancel_prefill=True, sampling=True,
-                            drafters=frozenset({"none", "ngram", "model"}), logits=True)
+                            drafters=frozenset({"none", "ngram", "model", "mtp"}),
+                            logits=True)
 
     # ------------------------------------------------------------------ hooks
 
@@ -117,9 +135,12 @@ class LlamaCppSession(Session):
                 self._raise_if_cancelled()
                 chunk = tokens[off:off + cap]
                 last = off + len(chunk) == len(tokens)
-                fill_batch(batch, chunk, start + off, "last" if last else "none")
+                outputs: Outputs = "last" if last else "none"
+                fill_batch(batch, chunk, start + off, outputs)
                 self._check_decode(lc.llama_decode(self._ctx, batch))
                 kv.n_kv = start + off + len(chunk)
+                if self._linked is not None:
+                    self._linked.target_decoded(start + off, chunk, outputs)
         except BaseException:
             lc.llama_memory_seq_rm(self._mem, 0, start, -1)
             kv.n_kv = start
@@ -187,6 +208,8 @@ class LlamaCppSession(Session):
         status = lc.llama_decode(self._ctx, one)
         if status:
             self._check_decode(status)
+        if self._linked is not None:
+            self._linked.target_decoded(kv.n_kv, kv.pending, "last")
         kv.n_kv += 1
         kv.pending = []
 
@@ -194,11 +217,14 @@ class LlamaCppSession(Session):
         """One batched decode over ``[pending, d1..dk]`` (logits for every position), the
         acceptance rule, then the KV cache rolled back past the rejected drafts."""
         ctx, kv = self._ctx, self._cursor
-        fill_batch(self._batch, [kv.pending[0], *drafts], kv.n_kv, "all")
+        fed = [kv.pending[0], *drafts]
+        fill_batch(self._batch, fed, kv.n_kv, "all")
         status = lc.llama_decode(ctx, self._batch)
         if status:
             lc.llama_memory_seq_rm(self._mem, 0, kv.n_kv, -1)
             self._check_decode(status)
+        if self._linked is not None:
+            self._linked.target_decoded(kv.n_kv, fed, "all")
         sampler = self._spec_sampler
         if sampler is None or (not drafts and self.config.repeat_penalty == 1.0):
             # greedy, or a plain round (the policy's k = 0) that needs no probabilities: the
