@@ -146,23 +146,46 @@ def test_cancel_at_random_moments_never_breaks_a_session(phase: str, backend: st
             call()
             durations.append(time.perf_counter() - t0)
         duration = sorted(durations)[1]
-        for _ in range(30):
+        # a cancel counts where it landed: inside the call (fired after the call began and
+        # before it returned) or after it. On a loaded machine the timer thread runs late and
+        # many land after the call, so trials go on until enough landed inside (bounded)
+        inside = cancelled_inside = trials = 0
+        while inside < 15 and trials < 120:
+            trials += 1
             start()
-            timer = threading.Timer(rng.uniform(0, 0.8 * duration), s.cancel)
+            fired: list[float] = []
+
+            def fire(fired: list[float] = fired) -> None:
+                fired.append(time.perf_counter())
+                s.cancel()
+
+            timer = threading.Timer(rng.uniform(0, 0.8 * duration), fire)
+            t0 = time.perf_counter()
             timer.start()
             try:
                 call()
                 outcomes["finished"] += 1
+                cancelled = False
             except CancelledError:
                 outcomes["cancelled"] += 1
+                cancelled = True
+            t1 = time.perf_counter()
             timer.join()
+            if fired and t0 <= fired[0] < t1:
+                inside += 1
+                cancelled_inside += cancelled
             s.reset()
             s.prefill(CASE["prompt_ids"])
             assert list(s.next(32).tokens) == CASE["continuation_ids"]
-    assert outcomes["cancelled"] + outcomes["finished"] == 30
+    assert outcomes["cancelled"] + outcomes["finished"] == trials
+    # a cancel never stops a call it did not land in
+    assert outcomes["cancelled"] == cancelled_inside, outcomes
     # a cancel that lands inside the call stops it (the backends check between native calls,
-    # a few per prefill chunk or token): most must be cancelled
-    assert outcomes["cancelled"] >= 15, (outcomes, f"call {duration * 1e3:.1f} ms")
+    # a few per prefill chunk or token; one landing in the call's last native run is missed):
+    # most must be cancelled
+    assert inside >= 15, (f"only {inside} of {trials} cancels landed inside the call",
+                          f"call {duration * 1e3:.1f} ms")
+    assert cancelled_inside >= 0.5 * inside, (outcomes, inside, f"call {duration * 1e3:.1f} ms")
 
 
 def test_cancel_races_on_the_scripted_backend_too(tmp_path: Path) -> None:
