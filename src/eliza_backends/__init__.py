@@ -12,7 +12,7 @@ Importing this package, listing backends and selecting one never import a heavy 
 
 from __future__ import annotations
 
-import importlib
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 # One import per module, each name re-exported with ``as`` (mypy --strict's explicit re-export).
@@ -151,11 +151,59 @@ _LAZY: dict[str, str] = {
 }
 
 
+def _submodule(name: str) -> ModuleType:
+    """The module ``name`` of ``_LAZY``, imported on first use. Each import is static: no
+    module name is computed (tests/test_reliability.py bans ``import_module`` in src/)."""
+    if name == "errors":
+        from . import errors
+        return errors
+    if name == "backend.types":
+        from .backend import types
+        return types
+    if name == "backend.factory":
+        from .backend import factory
+        return factory
+    if name == "backend.session":
+        from .backend import session
+        return session
+    if name == "backend.context":
+        from .backend import context
+        return context
+    if name == "backend.hookspecs":
+        from .backend import hookspecs
+        return hookspecs
+    if name == "backend.model_info":
+        from .backend import model_info
+        return model_info
+    if name == "bundle":
+        from . import bundle
+        return bundle
+    if name == "config":
+        from . import config
+        return config
+    if name == "prompt.chat":
+        from .prompt import chat
+        return chat
+    if name == "openai.completions":
+        from .openai import completions
+        return completions
+    if name == "registry":
+        from . import registry
+        return registry
+    if name == "selector":
+        from . import selector
+        return selector
+    if name != "stream":
+        raise AssertionError(f"_LAZY names an unknown module: {name}")
+    from . import stream
+    return stream
+
+
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'eliza_backends' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    value = getattr(_submodule(module), name)
     globals()[name] = value
     return value
 
