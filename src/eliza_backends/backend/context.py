@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ..bundle import ImplicitBundle, artifact_format, is_bundle_dir, not_a_bundle
-from ..errors import SessionClosedError
+from ..errors import InvalidArgumentError, SessionClosedError
 
 if TYPE_CHECKING:
     from .session import Session
@@ -37,7 +37,16 @@ T = TypeVar("T")
 class InferenceContext:
     """Owns what is loaded from one bundle. Thread-safe; close it (or use ``with``) when done."""
 
-    def __init__(self, bundle_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, bundle_dir: str | os.PathLike[str], *, parallel: int = 1) -> None:
+        """``parallel``: how many sequences one runtime context may decode together. Sessions
+        opened on this context by a backend whose capabilities say ``batched`` share runtime
+        contexts of ``parallel`` sequences each and are decoded in one batch per step
+        (continuous batching); other backends give every session its own runtime context, as
+        with ``parallel=1``."""
+        if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
+            raise InvalidArgumentError(f"parallel must be an integer >= 1, got {parallel!r}")
+        #: Sequences per runtime context for batching backends (1: no batching).
+        self.parallel: int = parallel
         path = Path(bundle_dir)
         #: What the caller passed: the bundle folder, or the single artifact.
         self.source: Path = path

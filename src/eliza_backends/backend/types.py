@@ -71,7 +71,10 @@ class Capabilities:
     core's logits hook (``Session._guide``) at every sampling point, so output constraints and
     logprobs work (False: they are refused). ``ignore_eos``: honours ``config.ignore_eos``
     (False: the runtime ends at its stop tokens itself, so opening with ``ignore_eos=True``
-    raises :class:`UnsupportedOperationError`).
+    raises :class:`UnsupportedOperationError`). ``batched``: sessions opened on an
+    :class:`InferenceContext` with ``parallel > 1`` share one runtime context and are decoded
+    together, one batched step for every sequence that wants tokens (False: each session has its
+    own runtime context and ``parallel`` changes nothing).
     """
 
     token_input: bool = True
@@ -82,6 +85,7 @@ class Capabilities:
     ignore_eos: bool = True
     drafters: frozenset[str] = frozenset({"none"})
     logits: bool = False
+    batched: bool = False
 
 
 @dataclass(frozen=True)
