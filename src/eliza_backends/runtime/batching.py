@@ -135,9 +135,9 @@ class StepRecord:
 class BatchStats:
     """Totals since the scheduler was made: ``steps``, ``tokens`` decoded, ``shares`` finished,
     ``failed`` / ``cancelled`` shares, ``waited_out`` steps, and ``batch_sizes`` (sequences per
-    step -> steps). ``resubmit_lags``: recent delays (seconds) between a sequence's share
-    finishing and the same sequence submitting again (what :data:`GATHER_WINDOW_S` must
-    cover)."""
+    step -> steps). ``resubmit_lags``: recent delays (seconds) between a sequence's decode
+    share finishing and its next decode share arriving (the per-token work between two steps
+    of a stream: what :data:`GATHER_WINDOW_S` must cover)."""
 
     steps: int
     tokens: int
@@ -243,7 +243,7 @@ class StepScheduler:
                 raise InvalidArgumentError(f"sequence {seq!r} already has a share queued")
             now = time.perf_counter()
             finished = self._finished_at.pop(seq, None)
-            if finished is not None:
+            if finished is not None and share.decode:
                 self._lags.append(now - finished)
             self._queue.append(share)
             self._queued[seq] = share
@@ -404,7 +404,8 @@ class StepScheduler:
                 else:
                     self._totals["shares"] += 1
                     expected.add(share.seq)
-                    self._finished_at[share.seq] = now
+                    if share.decode:
+                        self._finished_at[share.seq] = now
         self._expected = expected
         tokens = sum(len(p.tokens) for _, p in plan)
         record = StepRecord(
