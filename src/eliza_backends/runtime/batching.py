@@ -80,11 +80,12 @@ from ..errors import CancelledError, InvalidArgumentError, SessionClosedError
 R = TypeVar("R")
 
 #: How long the leader waits, at most, for the sequences decoded in the previous step to
-#: resubmit before it decodes without them (seconds). Measured on SmolLM2-135M Q4_1, 8 greedy
-#: streams through ``Session.next`` on a loaded 2-core machine (benchmarks/bench_batching.py
-#: prints the distribution): the median resubmit lag is ~0.3 ms and the 99th percentile a few
-#: ms, against a ~60 ms batched step; a straggler missing the window costs a batch of its own
-#: (~15 ms), so waiting up to 10 ms is cheaper than fragmenting.
+#: resubmit before it decodes without them (seconds). Measured with benchmarks/bench_batching.py
+#: (SmolLM2-135M Q4_1, 2-8 greedy streams through ``Session.next``, a 2-core machine at load
+#: 10-15): the resubmit lag between two decode shares of a stream was p50 0.15-3.7 ms, p90
+#: 0.3-6.3 ms, p99 4-36 ms, against steps of 15-130 ms; with 10 ms the window ran out in 1-3 of
+#: ~35-50 steps per run and the steps carried 7.3-7.7 of 8 sequences on average. A straggler
+#: that misses it costs a step of its own and is not waited for again until it is decoded again.
 GATHER_WINDOW_S = 0.010
 #: How many recent steps :attr:`StepScheduler.records` keeps.
 RECORDS_KEPT = 4096
