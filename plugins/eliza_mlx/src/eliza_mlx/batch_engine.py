@@ -1,0 +1,364 @@
+"""Continuous batching on mlx-lm: the sessions of one ``parallel > 1`` context share one batched
+forward pass per step, each sequence keeping its own KV cache state.
+
+**Why not ``BatchGenerator``.** mlx-lm's ``BatchGenerator`` (and ``batch_generate`` on it) owns
+the whole generation loop: sequences are inserted with their prompts and then advance together,
+one token per ``next()`` for every sequence in the batch, with sampling, logits processors, stop
+sequences and ``max_tokens`` inside it and a token sampled on the device one step ahead. The
+Session contract gives each sequence to its own consumer: ``next(n)`` makes exactly ``n``
+tokens and returns, the consumer may then prefill a new turn, ``reset_keep``, cancel or idle
+for as long as it likes; sampling is the core's (per-session seeded generator, the ``_guide``
+logits hook for constraints and logprobs, run on the host between two forward passes). Inside
+``BatchGenerator`` a sequence cannot pause while the others run (every live uid gets a token
+per ``next()``), cannot be trimmed alone (its ``BatchKVCache.trim`` cuts every row) and cannot
+take a new prompt without ``remove(..., return_prompt_caches=True)`` and a fresh ``insert``; a
+host-side constraint would have to run inside a logits processor, before a sampler that draws
+from mlx's process-global PRNG (so a sampled row's tokens would depend on its batch-mates). So
+this module drives the model itself, with mlx-lm's own batched cache (``BatchKVCache``: left
+padding, per-row offsets, ``merge`` / ``extend`` / ``filter`` / ``extract``), the seam mlx-lm's
+``GenerationBatch`` uses under ``BatchGenerator``.
+
+**How a step runs.** A session's forward request (its *share*: the ids to feed) is posted to
+the :class:`BatchEngine` of its context. The first waiting poster leads a step: it waits a short
+grace for the rows of the previous step (half the last step's time, at most 10 ms), takes every
+pending share and runs them on the MLX thread:
+
+* one-token shares (decoding, and the last token of a prompt) of up to ``parallel`` rows go
+  through **one** batched forward over a ``BatchKVCache`` per layer, whose rows are exactly
+  the sequences of this step (*live* rows); the logits come back as one float32 host array
+  and each session samples its own row;
+* longer shares (a prompt's body, in ``batch_size`` chunks) run alone on the row's own
+  single-sequence caches (``KVCache`` per layer) with only the cache state evaluated, as
+  ``generate_step`` prefills: no padded compute, and a long prompt costs the decoders at most
+  one chunk per step (chunked prefill interleaved with decoding).
+
+A row between steps is either *live* (a row of the batched cache) or *at rest* (its own
+``KVCache`` list). A step whose rows differ from the previous one's moves rows: leaving rows
+are ``extract``-ed to rest and the batch ``filter``-ed, joining rows are ``merge``-d and the
+batch ``extend``-ed (a copy of the moved KV). Trims (a rewind, ``reset_keep``, a rolled-back
+prefill) act on a row at rest, so one sequence is never cut with the others.
+
+**Sliding windows.** Every layer gets a full-length cache, sliding-window layers too: mlx-lm's
+masks (``create_causal_mask(..., window_size, left_padding)`` in the batch, the ``KVCache``
+mask at rest) cut the window by position, which is exact because a row's tokens are always
+contiguous and right-aligned. ``RotatingKVCache`` rows cannot be batched this way (mlx-lm's
+``BatchRotatingKVCache`` refuses single-token steps with right padding, and a ring buffer's
+window would move with padding), so memory grows with the context instead of the window.
+Models whose caches are neither (SSM ``ArraysCache``, ``ChunkedKVCache``, ``CacheList``,
+``RotatingKVCache`` with kept tokens) are not batched: :func:`unbatchable` says why and the
+factory opens ordinary sessions (``capabilities.batched`` False).
+
+Threads: :meth:`BatchEngine.forward` is called from session consumer threads (any number);
+every mlx call runs on the MLX thread (:mod:`eliza_mlx.mlx_thread`), so steps and row moves
+never overlap. A row belongs to one session, which calls at most one engine method at a time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import mlx.core as mx  # type: ignore[import-not-found,unused-ignore]
+import numpy as np
+from mlx_lm.models.cache import (  # type: ignore[import-not-found,unused-ignore]
+    BatchKVCache,
+    KVCache,
+    RotatingKVCache,
+    make_prompt_cache,
+)
+
+from eliza_backends import BackendRuntimeError
+
+from .mlx_thread import MLX_THREAD, on_mlx_thread
+from .model import COMPUTE_STREAM, LoadedMLX
+
+#: Longest wait for the previous step's rows before a step starts without them (seconds).
+MAX_GRACE_S = 0.010
+
+
+def unbatchable(model: Any) -> str | None:
+    """Why this model's sessions cannot share a batched step (None: they can)."""
+    for cache in make_prompt_cache(model):
+        if type(cache) is KVCache:
+            continue
+        if type(cache) is RotatingKVCache and getattr(cache, "keep", 0) == 0:
+            continue
+        return f"its {type(cache).__name__} layers have no batched form here"
+    return None
+
+
+@dataclass(eq=False)
+class Row:
+    """One sequence of the engine: its KV cache at rest (None while live in the batch) and
+    how many positions the cache holds. Owned by one session."""
+
+    cache: list[Any] | None
+    n_kv: int = 0
+    closed: bool = False
+    stale: bool = False  # a step failed with the row in it: only reset() helps
+
+
+@dataclass(eq=False)
+class _Share:
+    row: Row
+    ids: list[int]
+    logits: np.ndarray | None = None
+    error: BaseException | None = None
+    done: bool = False
+
+
+@dataclass
+class EngineStats:
+    """Counters since the engine was made: steps with a batched forward, rows in them (their
+    sum: ``rows / batched_steps`` is the mean batch width), widest step, solo prefill chunks,
+    rows moved between the batch and rest."""
+
+    batched_steps: int = 0
+    rows: int = 0
+    widest: int = 0
+    solo_chunks: int = 0
+    moves: int = 0
+    widths: dict[int, int] = field(default_factory=dict)
+
+
+class BatchEngine:
+    """The batched model of one context: rows (sequences), the step scheduler, the live
+    batch. Made once per context and weights (``InferenceContext.shared``)."""
+
+    def __init__(self, loaded: LoadedMLX, parallel: int) -> None:
+        self.model = loaded.model
+        self.parallel = parallel
+        self._n_layers = len(make_prompt_cache(loaded.model))
+        self._live: list[Row] = []  # rows of the batched cache, in its row order
+        self._batch: list[Any] = []  # one BatchKVCache per layer over _live
+        self._cond = threading.Condition()
+        self._pending: list[_Share] = []
+        self._running = False
+        self._last: set[Row] = set()  # rows of the previous step
+        self._step_s = 0.0
+        self.stats = EngineStats()
+
+    # ------------------------------------------------------------------ rows
+
+    def _fresh(self) -> list[Any]:
+        return [KVCache() for _ in range(self._n_layers)]
+
+    @on_mlx_thread
+    def open_row(self) -> Row:
+        """A new, empty sequence."""
+        return Row(self._fresh())
+
+    @on_mlx_thread
+    def trim(self, row: Row, n: int) -> None:
+        """Drop the last ``n`` positions of ``row`` (``n <= row.n_kv``)."""
+        self._rest([row])
+        assert row.cache is not None
+        for cache in row.cache:
+            if cache.trim(n) != n:
+                row.stale = True
+                raise BackendRuntimeError("the MLX cache could not be trimmed")
+        row.n_kv -= n
+
+    @on_mlx_thread
+    def reset(self, row: Row) -> None:
+        """Empty ``row``'s cache."""
+        self._drop([row])
+        row.cache, row.n_kv, row.stale = self._fresh(), 0, False
+
+    @on_mlx_thread
+    def close_row(self, row: Row) -> None:
+        """Free ``row`` (the session closes)."""
+        row.closed = True
+        self._drop([row])
+        row.cache = None
+
+    # ------------------------------------------------------------------ the step scheduler
+
+    def forward(self, row: Row, ids: list[int]) -> np.ndarray | None:
+        """Feed ``ids`` after ``row``'s cached positions in the next step; the float32 logits
+        row of the last id (one id), or None (a prompt chunk, whose logits nobody samples).
+        Blocks the calling (consumer) thread until the step ran."""
+        if row.stale:
+            raise BackendRuntimeError("the MLX cache was lost by a failed batched step; call "
+                                      "reset() first")
+        share = _Share(row, ids)
+        with self._cond:
+            self._pending.append(share)
+            self._cond.notify_all()
+            try:
+                while not share.done:
+                    if self._running:
+                        self._cond.wait()
+                    else:
+                        self._lead()
+            except BaseException:
+                if share in self._pending:  # (interrupted before any step took it)
+                    self._pending.remove(share)
+                raise
+        if share.error is not None:
+            raise share.error
+        return share.logits
+
+    def _lead(self) -> None:
+        """Run one step as its leader (called with the lock held; released while it runs)."""
+        self._running = True
+        try:
+            self._gather()
+            shares = self._take()
+            self._cond.release()
+            try:
+                start = time.perf_counter()
+                MLX_THREAD.run(lambda: self._run(shares))
+                self._step_s = time.perf_counter() - start
+            finally:
+                self._cond.acquire()
+                for share in shares:
+                    share.done = True
+        finally:
+            self._running = False
+            self._cond.notify_all()
+
+    def _gather(self) -> None:
+        """Wait (up to the grace) until every open row of the previous step posted again."""
+        expected = {r for r in self._last if not r.closed}
+        grace = min(MAX_GRACE_S, 0.5 * self._step_s)
+        deadline = time.perf_counter() + grace
+        while True:
+            posted = {s.row for s in self._pending}
+            left = deadline - time.perf_counter()
+            if expected <= posted or left <= 0 or len(posted) >= self.parallel:
+                return
+            self._cond.wait(left)
+
+    def _take(self) -> list[_Share]:
+        """This step's shares: every prompt chunk and up to ``parallel`` one-token shares."""
+        taken: list[_Share] = []
+        rest: list[_Share] = []
+        ones = 0
+        for share in self._pending:
+            if len(share.ids) > 1:
+                taken.append(share)
+            elif ones < self.parallel:
+                taken.append(share)
+                ones += 1
+            else:
+                rest.append(share)
+        self._pending = rest
+        self._last = {s.row for s in taken}
+        return taken
+
+    # ------------------------------------------------------------------ on the MLX thread
+
+    def _run(self, shares: list[_Share]) -> None:
+        ones = [s for s in shares if len(s.ids) == 1]
+        if ones:
+            try:
+                self._decode_step(ones)
+            except BaseException as exc:
+                for share in ones:
+                    share.row.stale = True
+                    share.error = _runtime_error(exc)
+                self._drop([s.row for s in ones])
+        for share in shares:
+            if len(share.ids) > 1:
+                try:
+                    self._chunk(share)
+                except BaseException as exc:
+                    share.row.stale = True
+                    share.error = _runtime_error(exc)
+
+    def _decode_step(self, shares: list[_Share]) -> None:
+        """One batched forward: one token for each share's row."""
+        self._regroup([s.row for s in shares])
+        index = {id(r): i for i, r in enumerate(self._live)}
+        tokens = [0] * len(self._live)
+        for share in shares:
+            tokens[index[id(share.row)]] = share.ids[0]
+        with mx.stream(COMPUTE_STREAM):
+            out = self.model(mx.array(tokens, dtype=mx.uint32)[:, None], cache=self._batch)
+            host = np.array(out[:, -1, :].astype(mx.float32))
+        for share in shares:
+            share.logits = host[index[id(share.row)]]
+            share.row.n_kv += 1
+        stats = self.stats
+        stats.batched_steps += 1
+        stats.rows += len(shares)
+        stats.widest = max(stats.widest, len(shares))
+        stats.widths[len(shares)] = stats.widths.get(len(shares), 0) + 1
+        if not stats.batched_steps & 255:
+            mx.clear_cache()  # as generate_step, every 256 steps
+
+    def _chunk(self, share: _Share) -> None:
+        """A prompt chunk, alone on the row's own caches (state evaluated, logits never)."""
+        row = share.row
+        self._rest([row])
+        assert row.cache is not None
+        with mx.stream(COMPUTE_STREAM):
+            self.model(mx.array(share.ids, dtype=mx.uint32)[None], cache=row.cache)
+            mx.eval([c.state for c in row.cache])
+            mx.clear_cache()  # as generate_step: drop the chunk's temporaries
+        row.n_kv += len(share.ids)
+        self.stats.solo_chunks += 1
+
+    def _regroup(self, rows: list[Row]) -> None:
+        """Make the live batch hold exactly ``rows``: the others go to rest, missing ones join."""
+        wanted = set(rows)
+        self._rest([r for r in self._live if r not in wanted])
+        live = set(self._live)
+        joining = [r for r in rows if r not in live]
+        if not joining:
+            return
+        merged = []
+        for layer in range(self._n_layers):
+            merged.append(BatchKVCache.merge([_cache(r)[layer] for r in joining]))
+        if self._live:
+            for cache, other in zip(self._batch, merged, strict=True):
+                cache.extend(other)
+        else:
+            self._batch = merged
+        for r in joining:
+            r.cache = None
+        self._live.extend(joining)
+        self.stats.moves += len(joining)
+
+    def _rest(self, rows: list[Row]) -> None:
+        """Move ``rows`` out of the live batch into their own caches."""
+        self._leave(rows, keep_cache=True)
+
+    def _drop(self, rows: list[Row]) -> None:
+        """Take ``rows`` out of the live batch, discarding their cached positions."""
+        self._leave(rows, keep_cache=False)
+
+    def _leave(self, rows: list[Row], keep_cache: bool) -> None:
+        going = {id(r) for r in rows}
+        if not any(id(r) in going for r in self._live):
+            return
+        keep = []
+        for i, r in enumerate(self._live):
+            if id(r) not in going:
+                keep.append(i)
+            elif keep_cache:
+                r.cache = [c.extract(i) for c in self._batch]
+                self.stats.moves += 1
+        if keep:
+            for cache in self._batch:
+                cache.filter(keep)
+        else:
+            self._batch = []
+        self._live = [self._live[i] for i in keep]
+
+
+def _cache(row: Row) -> list[Any]:
+    assert row.cache is not None, "a live row has no cache at rest"
+    return row.cache
+
+
+def _runtime_error(exc: BaseException) -> BaseException:
+    if isinstance(exc, BackendRuntimeError) or not isinstance(exc, Exception):
+        return exc
+    return BackendRuntimeError(f"the batched MLX step failed: {type(exc).__name__}: {exc}")
+
+
+__all__ = ["MAX_GRACE_S", "BatchEngine", "EngineStats", "Row", "unbatchable"]
