@@ -43,6 +43,7 @@ FULL_ONLY = ("slow", "fuzz", "crash_oracle", "ray", "real")
 KINDS: dict[str, tuple[str, ...]] = {
     "test_gguf_fuzz": ("crash_oracle",),
     "test_tflite_fuzz": ("crash_oracle",),
+    "test_mlx_batched": ("slow",),
     "test_ray_data": ("ray",),
     "test_ray_serve": ("ray",),
     "test_openai_real": ("real",),

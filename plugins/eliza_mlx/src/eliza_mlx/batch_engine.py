@@ -143,7 +143,7 @@ class BatchEngine:
     # ------------------------------------------------------------------ rows
 
     def _fresh(self) -> list[Any]:
-        return [KVCache() for _ in range(self._n_layers)]
+        return [KVCache() for _ in range(self._n_layers)]  # type: ignore[no-untyped-call,unused-ignore]
 
     @on_mlx_thread
     def open_row(self) -> Row:
@@ -312,7 +312,8 @@ class BatchEngine:
             return
         merged = []
         for layer in range(self._n_layers):
-            merged.append(BatchKVCache.merge([_cache(r)[layer] for r in joining]))
+            caches = [_cache(r)[layer] for r in joining]
+            merged.append(BatchKVCache.merge(caches))  # type: ignore[no-untyped-call,unused-ignore]
         if self._live:
             for cache, other in zip(self._batch, merged, strict=True):
                 cache.extend(other)
