@@ -24,6 +24,7 @@ from eliza_backends import (
     CancelledError,
     Factory,
     InferenceContext,
+    SessionBusyError,
     Stream,
     open_stream,
 )
@@ -143,16 +144,20 @@ def test_capability_says_what_was_opened() -> None:
             assert "ngram" in spec.session.capabilities.drafters
 
 
-def test_more_sessions_than_parallel_take_turns() -> None:
-    prompts = _prompts(384, (4, 9, 16, 25, 36))
-    want = _alone(TINY_BUNDLE, prompts)
+def test_a_context_has_parallel_sequences() -> None:
+    """As on llama.cpp: ``parallel`` sessions at once; one more is refused until one closes,
+    and the row it frees serves a new session exactly."""
+    prompt = _prompts(384, (9,))[0]
+    want = _alone(TINY_BUNDLE, [prompt])[0]
     with InferenceContext(TINY_BUNDLE, parallel=2) as ctx:
-        streams = [_open(ctx) for _ in prompts]
-        got = _together(streams, [lambda s, p=p: _run(s, p) for p in prompts])
-        assert streams[0].session.engine.stats.widest == 2  # type: ignore[attr-defined]
-        for stream in streams:
-            stream.close()
-    assert got == want
+        first, second = _open(ctx), _open(ctx)
+        with pytest.raises(SessionBusyError, match="all 2 sequences"):
+            _open(ctx)
+        assert _run(first, prompt) == want
+        first.close()
+        with _open(ctx) as third:
+            assert _run(third, prompt) == want
+        second.close()
 
 
 # ------------------------------------------------------------------------------ per sequence

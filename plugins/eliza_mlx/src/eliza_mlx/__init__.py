@@ -228,7 +228,8 @@ def _open_batched(context: InferenceContext, config: StreamConfig, loaded: Loade
                      path.name, context.parallel, why)
         return None
     engine = context.shared(("mlx-batch", str(path), context.parallel),
-                            lambda: BatchEngine(loaded, context.parallel))
+                            lambda: BatchEngine(loaded, context.parallel, config.batch_size),
+                            BatchEngine.close)
     return BatchedMLXSession(loaded, config, context, engine)
 
 

@@ -18,19 +18,22 @@ this module drives the model itself, with mlx-lm's own batched cache (``BatchKVC
 padding, per-row offsets, ``merge`` / ``extend`` / ``filter`` / ``extract``), the seam mlx-lm's
 ``GenerationBatch`` uses under ``BatchGenerator``.
 
-**How a step runs.** A session's forward request (its *share*: the ids to feed) is posted to
-the :class:`BatchEngine` of its context. The first waiting poster leads a step: it waits a short
-grace for the rows of the previous step (half the last step's time, at most 10 ms), takes every
-pending share and runs them on the MLX thread:
+**How a step runs.** A session's forward request (the ids to feed) is a *share* submitted to
+the core's :class:`~eliza_backends.runtime.batching.StepScheduler` of its context's
+:class:`BatchEngine` (the same scheduler the llama.cpp plugin uses: a leader thread, a gather
+window for the rows of the previous step, decodes first, cancel at step boundaries). The
+engine's ``decode`` runs each step's pieces on the MLX thread:
 
-* one-token shares (decoding, and the last token of a prompt) of up to ``parallel`` rows go
+* one-token pieces (decoding, and the last token of a prompt) of up to ``parallel`` rows go
   through **one** batched forward over a ``BatchKVCache`` per layer, whose rows are exactly
   the sequences of this step (*live* rows); the logits come back as one float32 host array
   and each session samples its own row;
-* longer shares (a prompt's body, in ``batch_size`` chunks) run alone on the row's own
-  single-sequence caches (``KVCache`` per layer) with only the cache state evaluated, as
-  ``generate_step`` prefills: no padded compute, and a long prompt costs the decoders at most
-  one chunk per step (chunked prefill interleaved with decoding).
+* longer pieces (a prompt's body, in ``batch_size`` chunks: the budget fits one chunk per row,
+  so the scheduler never cuts one) run alone on the row's own single-sequence caches
+  (``KVCache`` per layer) with only the cache state evaluated, as ``generate_step`` prefills:
+  no padded compute, and a long prompt costs the decoders at most one chunk per step (chunked
+  prefill interleaved with decoding). The prompt's last token is fed alone (a one-token
+  piece), as the unbatched session does, so its logits are computed the same way.
 
 A row between steps is either *live* (a row of the batched cache) or *at rest* (its own
 ``KVCache`` list). A step whose rows differ from the previous one's moves rows: leaving rows
@@ -55,10 +58,9 @@ never overlap. A row belongs to one session, which calls at most one engine meth
 
 from __future__ import annotations
 
-import threading
-import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import mlx.core as mx  # type: ignore[import-not-found,unused-ignore]
 import numpy as np
@@ -69,13 +71,16 @@ from mlx_lm.models.cache import (  # type: ignore[import-not-found,unused-ignore
     make_prompt_cache,
 )
 
-from eliza_backends import BackendRuntimeError
+from eliza_backends import (
+    BackendRuntimeError,
+    ElizaError,
+    SessionBusyError,
+    SessionClosedError,
+)
+from eliza_backends.backend import Piece, StepScheduler
 
 from .mlx_thread import MLX_THREAD, on_mlx_thread
 from .model import COMPUTE_STREAM, LoadedMLX
-
-#: Longest wait for the previous step's rows before a step starts without them (seconds).
-MAX_GRACE_S = 0.010
 
 
 def unbatchable(model: Any) -> str | None:
@@ -100,15 +105,6 @@ class Row:
     stale: bool = False  # a step failed with the row in it: only reset() helps
 
 
-@dataclass(eq=False)
-class _Share:
-    row: Row
-    ids: list[int]
-    logits: np.ndarray | None = None
-    error: BaseException | None = None
-    done: bool = False
-
-
 @dataclass
 class EngineStats:
     """Counters since the engine was made: steps with a batched forward, rows in them (their
@@ -127,18 +123,19 @@ class BatchEngine:
     """The batched model of one context: rows (sequences), the step scheduler, the live
     batch. Made once per context and weights (``InferenceContext.shared``)."""
 
-    def __init__(self, loaded: LoadedMLX, parallel: int) -> None:
+    def __init__(self, loaded: LoadedMLX, parallel: int, chunk: int) -> None:
         self.model = loaded.model
         self.parallel = parallel
         self._n_layers = len(make_prompt_cache(loaded.model))
         self._live: list[Row] = []  # rows of the batched cache, in its row order
         self._batch: list[Any] = []  # one BatchKVCache per layer over _live
-        self._cond = threading.Condition()
-        self._pending: list[_Share] = []
-        self._running = False
-        self._last: set[Row] = set()  # rows of the previous step
-        self._step_s = 0.0
+        self._outputs: dict[int, np.ndarray] = {}  # id(row) -> logits of its one-token piece
+        self._open = 0  # rows not closed (at most parallel)
         self.stats = EngineStats()
+        #: The core's step scheduler (gather window, decodes first, cancel at step bounds).
+        #: Its budget fits every row's decode token and one prompt chunk per row, so a chunk
+        #: is never cut (chunks run alone: no padded compute to bound).
+        self.scheduler = StepScheduler(self._decode, parallel * (chunk + 1))
 
     # ------------------------------------------------------------------ rows
 
@@ -147,7 +144,16 @@ class BatchEngine:
 
     @on_mlx_thread
     def open_row(self) -> Row:
-        """A new, empty sequence."""
+        """A new, empty sequence. :class:`SessionBusyError` when ``parallel`` are open (as on
+        the llama.cpp plugin: a context of ``parallel`` sequences)."""
+        if self.scheduler.closed:
+            raise SessionClosedError("the batched context is closed; open a new "
+                                     "InferenceContext")
+        if self._open >= self.parallel:
+            raise SessionBusyError(
+                f"all {self.parallel} sequences of this batched context are in use: close a "
+                "stream first, or make the InferenceContext with a larger parallel")
+        self._open += 1
         return Row(self._fresh())
 
     @on_mlx_thread
@@ -170,136 +176,108 @@ class BatchEngine:
     @on_mlx_thread
     def close_row(self, row: Row) -> None:
         """Free ``row`` (the session closes)."""
+        if not row.closed:
+            self._open -= 1
         row.closed = True
         self._drop([row])
         row.cache = None
 
-    # ------------------------------------------------------------------ the step scheduler
+    # ------------------------------------------------------------------ steps
 
-    def forward(self, row: Row, ids: list[int]) -> np.ndarray | None:
-        """Feed ``ids`` after ``row``'s cached positions in the next step; the float32 logits
-        row of the last id (one id), or None (a prompt chunk, whose logits nobody samples).
-        Blocks the calling (consumer) thread until the step ran."""
+    def forward(self, row: Row, ids: list[int],
+                cancelled: Callable[[], bool] | None = None) -> np.ndarray | None:
+        """Feed ``ids`` after ``row``'s cached positions in a coming step; the float32 logits
+        row of the last id when ``ids`` is one id, else None (a prompt chunk, whose logits
+        nobody samples). Blocks the calling (consumer) thread until the step ran (it may lead
+        steps for every row meanwhile: :class:`StepScheduler`). ``cancelled``: the session's
+        probe; a cancelled share is dropped at the next step boundary
+        (:class:`CancelledError`), and the caller trims what its pieces wrote."""
         if row.stale:
             raise BackendRuntimeError("the MLX cache was lost by a failed batched step; call "
                                       "reset() first")
-        share = _Share(row, ids)
-        with self._cond:
-            self._pending.append(share)
-            self._cond.notify_all()
-            try:
-                while not share.done:
-                    if self._running:
-                        self._cond.wait()
-                    else:
-                        self._lead()
-            except BaseException:
-                if share in self._pending:  # (interrupted before any step took it)
-                    self._pending.remove(share)
-                raise
-        if share.error is not None:
-            raise share.error
-        return share.logits
+        if len(ids) == 1:
+            return self.scheduler.submit(row, ids, row.n_kv, 1, self._output, cancelled)
+        return self.scheduler.submit(row, ids, row.n_kv, 0, _no_output, cancelled)
 
-    def _lead(self) -> None:
-        """Run one step as its leader (called with the lock held; released while it runs)."""
-        self._running = True
+    def idle(self, row: Row) -> None:
+        """``row`` will not step again soon (its stream ended, it was rewound): the next step
+        does not wait for it."""
+        self.scheduler.idle(row)
+
+    def close(self) -> None:
+        """Refuse new steps (the context closes); the step in flight finishes first."""
+        self.scheduler.close()
+
+    def _output(self, piece: Piece) -> np.ndarray:
+        """The logits row of a one-token piece (on_done: right after its step)."""
+        return self._outputs.pop(id(piece.seq))
+
+    def _decode(self, pieces: Sequence[Piece]) -> None:
+        """The scheduler's batched forward: one batched pass over the one-token pieces, then
+        the prompt chunks alone. Runs on the MLX thread."""
         try:
-            self._gather()
-            shares = self._take()
-            self._cond.release()
-            try:
-                start = time.perf_counter()
-                MLX_THREAD.run(lambda: self._run(shares))
-                self._step_s = time.perf_counter() - start
-            finally:
-                self._cond.acquire()
-                for share in shares:
-                    share.done = True
-        finally:
-            self._running = False
-            self._cond.notify_all()
-
-    def _gather(self) -> None:
-        """Wait (up to the grace) until every open row of the previous step posted again."""
-        expected = {r for r in self._last if not r.closed}
-        grace = min(MAX_GRACE_S, 0.5 * self._step_s)
-        deadline = time.perf_counter() + grace
-        while True:
-            posted = {s.row for s in self._pending}
-            left = deadline - time.perf_counter()
-            if expected <= posted or left <= 0 or len(posted) >= self.parallel:
-                return
-            self._cond.wait(left)
-
-    def _take(self) -> list[_Share]:
-        """This step's shares: every prompt chunk and up to ``parallel`` one-token shares."""
-        taken: list[_Share] = []
-        rest: list[_Share] = []
-        ones = 0
-        for share in self._pending:
-            if len(share.ids) > 1:
-                taken.append(share)
-            elif ones < self.parallel:
-                taken.append(share)
-                ones += 1
-            else:
-                rest.append(share)
-        self._pending = rest
-        self._last = {s.row for s in taken}
-        return taken
+            MLX_THREAD.run(lambda: self._run(pieces))
+        except ElizaError:
+            raise
+        except Exception as exc:
+            raise BackendRuntimeError(f"the batched MLX step failed: {type(exc).__name__}: "
+                                      f"{exc}") from None
 
     # ------------------------------------------------------------------ on the MLX thread
 
-    def _run(self, shares: list[_Share]) -> None:
-        ones = [s for s in shares if len(s.ids) == 1]
+    def _run(self, pieces: Sequence[Piece]) -> None:
+        ones = [p for p in pieces if p.n_outputs]
+        for piece in pieces:
+            if cast(Row, piece.seq).n_kv != piece.start:
+                raise BackendRuntimeError("a batched MLX row is out of step with its session")
         if ones:
             try:
                 self._decode_step(ones)
-            except BaseException as exc:
-                for share in ones:
-                    share.row.stale = True
-                    share.error = _runtime_error(exc)
-                self._drop([s.row for s in ones])
-        for share in shares:
-            if len(share.ids) > 1:
+            except BaseException:
+                for piece in ones:
+                    cast(Row, piece.seq).stale = True
+                self._drop([cast(Row, p.seq) for p in ones])
+                raise
+        for piece in pieces:
+            if not piece.n_outputs:
                 try:
-                    self._chunk(share)
-                except BaseException as exc:
-                    share.row.stale = True
-                    share.error = _runtime_error(exc)
+                    self._chunk(piece)
+                except BaseException:
+                    cast(Row, piece.seq).stale = True
+                    raise
 
-    def _decode_step(self, shares: list[_Share]) -> None:
-        """One batched forward: one token for each share's row."""
-        self._regroup([s.row for s in shares])
+    def _decode_step(self, pieces: list[Piece]) -> None:
+        """One batched forward: one token for each piece's row."""
+        rows = [cast(Row, p.seq) for p in pieces]
+        self._regroup(rows)
         index = {id(r): i for i, r in enumerate(self._live)}
         tokens = [0] * len(self._live)
-        for share in shares:
-            tokens[index[id(share.row)]] = share.ids[0]
+        for row, piece in zip(rows, pieces, strict=True):
+            tokens[index[id(row)]] = piece.tokens[0]
         with mx.stream(COMPUTE_STREAM):
             out = self.model(mx.array(tokens, dtype=mx.uint32)[:, None], cache=self._batch)
             host = np.array(out[:, -1, :].astype(mx.float32))
-        for share in shares:
-            share.logits = host[index[id(share.row)]]
-            share.row.n_kv += 1
+        for row in rows:
+            self._outputs[id(row)] = host[index[id(row)]]
+            row.n_kv += 1
         stats = self.stats
         stats.batched_steps += 1
-        stats.rows += len(shares)
-        stats.widest = max(stats.widest, len(shares))
-        stats.widths[len(shares)] = stats.widths.get(len(shares), 0) + 1
+        stats.rows += len(rows)
+        stats.widest = max(stats.widest, len(rows))
+        stats.widths[len(rows)] = stats.widths.get(len(rows), 0) + 1
         if not stats.batched_steps & 255:
             mx.clear_cache()  # as generate_step, every 256 steps
 
-    def _chunk(self, share: _Share) -> None:
+    def _chunk(self, piece: Piece) -> None:
         """A prompt chunk, alone on the row's own caches (state evaluated, logits never)."""
-        row = share.row
+        row = cast(Row, piece.seq)
         self._rest([row])
-        assert row.cache is not None
+        cache = _cache(row)
         with mx.stream(COMPUTE_STREAM):
-            self.model(mx.array(share.ids, dtype=mx.uint32)[None], cache=row.cache)
-            mx.eval([c.state for c in row.cache])
+            self.model(mx.array(list(piece.tokens), dtype=mx.uint32)[None], cache=cache)
+            mx.eval([c.state for c in cache])
             mx.clear_cache()  # as generate_step: drop the chunk's temporaries
-        row.n_kv += len(share.ids)
+        row.n_kv += len(piece.tokens)
         self.stats.solo_chunks += 1
 
     def _regroup(self, rows: list[Row]) -> None:
@@ -356,10 +334,8 @@ def _cache(row: Row) -> list[Any]:
     return row.cache
 
 
-def _runtime_error(exc: BaseException) -> BaseException:
-    if isinstance(exc, BackendRuntimeError) or not isinstance(exc, Exception):
-        return exc
-    return BackendRuntimeError(f"the batched MLX step failed: {type(exc).__name__}: {exc}")
+def _no_output(_piece: Piece) -> None:
+    return None
 
 
-__all__ = ["MAX_GRACE_S", "BatchEngine", "EngineStats", "Row", "unbatchable"]
+__all__ = ["BatchEngine", "EngineStats", "Row", "unbatchable"]

@@ -63,31 +63,33 @@ class BatchedMLXSession(Session):
 
     def _prefill(self, token_ids: list[int]) -> None:
         engine, row, step = self._engine, self._row, self.config.batch_size
-        start, pending = row.n_kv, self._pending
+        start, pending, cancelled = row.n_kv, self._pending, self._cancel_requested
         feed = token_ids if pending is None else [pending, *token_ids]
         body, last = feed[:-1], feed[-1:]
         self._logits = None
         try:
             for off in range(0, len(body), step):
                 self._raise_if_cancelled()
-                engine.forward(row, body[off:off + step])
+                engine.forward(row, body[off:off + step], cancelled)
             self._raise_if_cancelled()
-            self._logits = engine.forward(row, last)
+            self._logits = engine.forward(row, last, cancelled)
         except BaseException:
             self._logits = None
-            if not row.stale and row.n_kv > start:
+            if not row.stale and row.n_kv > start:  # (pieces of a cancelled share ran)
                 engine.trim(row, row.n_kv - start)
+            engine.idle(row)
             raise
         self._pending = None
 
     def _decode(self, max_tokens: int) -> Decoded:
         engine, row, guide, stops = self._engine, self._row, self._guide, self._stop_tokens
+        cancelled = self._cancel_requested
         out: list[int] = []
         for i in range(max_tokens):
             if i:
                 self._raise_if_cancelled()
             if self._pending is not None:
-                self._logits = engine.forward(row, [self._pending])
+                self._logits = engine.forward(row, [self._pending], cancelled)
                 self._pending = None
             logits = self._logits
             if logits is None:
@@ -101,16 +103,22 @@ class BatchedMLXSession(Session):
             out.append(tok)
             self._pending, self._logits = tok, None
             if tok in stops:
+                engine.idle(row)  # the stream ends: the next step does not wait for this row
                 break
+        else:
+            if self._stream_ends_with(max_tokens):
+                engine.idle(row)
         return Decoded(out)
 
     def _reset(self) -> None:
+        self._engine.idle(self._row)
         self._engine.reset(self._row)
         self._pending = self._logits = None
         self._sampler.reset()
 
     def _truncate(self, n_keep: int) -> bool:
         row = self._row
+        self._engine.idle(row)
         if row.stale:
             return False
         drop = row.n_kv - n_keep
@@ -135,6 +143,7 @@ class BatchedMLXSession(Session):
                                              parse_special=parse_special)
 
     def _close(self) -> None:
+        self._engine.idle(self._row)
         self._engine.close_row(self._row)
         self._logits = None
 
