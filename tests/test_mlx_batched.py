@@ -284,3 +284,38 @@ def test_logits_hook_runs_per_row() -> None:
         for g, w in zip(got_step, want_step, strict=True):
             assert g.token == w.token
             assert g.logprob == pytest.approx(w.logprob, abs=1e-4)
+
+
+def test_cancel_during_a_chunked_prefill_disturbs_no_other() -> None:
+    """A long prompt (16-token chunks) cancelled between its chunks while two rows decode: the
+    decoders equal their alone runs, the cancelled row's partial chunks are trimmed off (a
+    reset and a new prompt serve exactly)."""
+    long_prompt, *short = _prompts(384, (300, 8, 21))
+    want = _alone(TINY_BUNDLE, short, max_tokens=60)
+    with InferenceContext(TINY_BUNDLE, parallel=3) as ctx:
+        victim = _open(ctx, batch_size=16)
+        others = [_open(ctx, max_tokens=60) for _ in short]
+        engine = victim.session.engine  # type: ignore[attr-defined]
+
+        def prefill_long(stream: Stream) -> str:
+            try:
+                stream.prefill(long_prompt)
+            except CancelledError:
+                return "cancelled"
+            return "finished"
+
+        def canceller() -> None:
+            while engine.stats.solo_chunks < 3:
+                threading.Event().wait(0.001)
+            victim.cancel()
+
+        threading.Thread(target=canceller, daemon=True).start()
+        got = _together([victim, *others],
+                        [prefill_long, *[lambda s, p=p: _run(s, p) for p in short]])
+        assert got[0] == "cancelled"
+        assert got[1:] == want
+        assert victim.session.n_past == 0
+        victim.reset()
+        assert _run(victim, short[0]) == want[0][:N_TOKENS]
+        for stream in [victim, *others]:
+            stream.close()
