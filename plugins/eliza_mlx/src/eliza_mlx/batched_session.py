@@ -49,7 +49,11 @@ class BatchedMLXSession(Session):
         self._sampler = Sampler(config)
         self._logits: np.ndarray[Any, Any] | None = None  # after the last cached token
         self._pending: int | None = None  # the sequence's last token, not fed yet
-        super().__init__(config, context, loaded.info)
+        try:
+            super().__init__(config, context, loaded.info)
+        except BaseException:  # (the context closed meanwhile): free the row
+            engine.close_row(self._row)
+            raise
 
     @property
     def capabilities(self) -> Capabilities:
