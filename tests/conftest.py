@@ -32,8 +32,9 @@ TINY_BUNDLE = ROOT / "examples" / "bundles" / "tiny"
 #: on every backend: each BackendConformance class), selector, stream, chat, structured output
 #: and server tests on the tiny bundle
 QUICK = frozenset({
-    "test_bundle", "test_chat", "test_chat_tokens", "test_conformance_scripted",
-    "test_kit_catches_broken_backends", "test_openai_api", "test_openai_server",
+    "test_bundle", "test_chat", "test_chat_tokens", "test_close_abort",
+    "test_conformance_scripted", "test_kit_catches_broken_backends", "test_openai_api",
+    "test_openai_server",
     "test_selector", "test_stream_api", "test_structured", "test_text_and_slots",
     "test_tokenizer", "test_typed_errors",
 })

@@ -332,8 +332,8 @@ class Stream:
 
     def close(self) -> None:
         """Close the session, and the context when the stream created it. Idempotent and safe
-        from any thread: a call running in another thread is cancelled and waited for (it
-        raises :class:`CancelledError` or :class:`SessionClosedError`)."""
+        from any thread: a call running in another thread is stopped and waited for (it
+        raises :class:`SessionClosedError`)."""
         self._closed = True
         self.session.close()
         if self._owns_context:
