@@ -6,6 +6,7 @@ thread that must be caught there, so it happens every run, on the real runtimes.
   ``llama_decode`` return 2 (aborted); the call ends with :class:`SessionClosedError` (not a
   retry, not a runtime error) and the close returns.
 * A close at a call's next safe point, on every backend: :class:`SessionClosedError`.
+* ``open_stream`` on a context closed meanwhile: :class:`SessionClosedError`.
 * ``cancel()`` from another thread caught between setting its flag and setting the probe,
   while the consumer rewinds: before the fix the rewind cleared the flag, the probe stayed set,
   and the next prefill's decode aborted with no cancel to report ("llama_decode failed with
@@ -212,3 +213,16 @@ def test_a_cancel_racing_a_rewind_never_leaves_the_abort_probe_set() -> None:
             s.session.reset()
         s.prefill("again " * 3)  # was: BackendRuntimeError("llama_decode failed with status 2")
         assert s.next(2).tokens
+
+
+def test_opening_a_stream_on_a_closed_single_file_context_is_a_closed_error() -> None:
+    # a single artifact is staged in a folder the close removes: the selection that read it
+    # before opening() said "bundle directory ... does not exist" (BackendSelectionError) to a
+    # thread that kept opening streams while another closed the context
+    ctx = InferenceContext(TINY_BUNDLE / "text" / "tiny-f16.gguf")
+    staged = ctx.bundle_dir
+    ctx.close()
+    assert not staged.exists()
+    for backend in ("llama.cpp", None):
+        with pytest.raises(SessionClosedError):
+            open_stream(ctx, backend=backend)

@@ -408,10 +408,13 @@ def open_stream(
     owns = not isinstance(bundle, InferenceContext)
     context = InferenceContext(bundle) if not isinstance(bundle, InferenceContext) else bundle
     try:
-        factory = select(context.bundle_dir, backend=backend, environ=environ, registry=registry)
-        check_option_keys(cfg, registry or default_registry())
-        factory.parse_options(cfg)  # unknown options fail before any load
-        with context.opening():  # a concurrent context.close() waits for this open
+        # a concurrent context.close() waits for this open, the selection included (a closed
+        # context is SessionClosedError, not a selection error about its removed folder)
+        with context.opening():
+            factory = select(context.bundle_dir, backend=backend, environ=environ,
+                             registry=registry)
+            check_option_keys(cfg, registry or default_registry())
+            factory.parse_options(cfg)  # unknown options fail before any load
             session = factory.open(context, cfg)
             if not isinstance(session, Session):
                 raise PluginError(f"backend {factory.name} returned {session!r} from open(), "
