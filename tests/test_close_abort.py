@@ -48,6 +48,8 @@ BACKENDS = [
                  id="litert-interpreter"),
     pytest.param("litert-lm", {"litert-lm": {"session": "interpreter", "runtime": "compiled"}},
                  "ai_edge_litert", id="litert-compiled"),
+    pytest.param("litert-lm", {"litert-lm": {"session": "engine"}}, "litert_lm",
+                 id="litert-engine"),
     pytest.param("mlx", {}, "mlx_lm", id="mlx"),
 ]
 
@@ -157,8 +159,9 @@ def test_a_close_at_a_calls_safe_point_ends_it_with_a_closed_error(
     if importlib.util.find_spec(module) is None:
         pytest.skip(f"{module} is not installed")
     ctx = InferenceContext(TINY_BUNDLE)
+    engine = "engine" in str(options)  # (it ends its turn at a stop token itself)
     s = open_stream(ctx, backend=backend, options=options, context_size=512, batch_size=32,
-                    max_tokens=64, ignore_eos=True)
+                    max_tokens=64, ignore_eos=not engine)
     ids = s.session.tokenize("the quick brown fox jumps over the lazy dog " * 4)
     if call == "next":
         s.prefill(ids)
