@@ -351,7 +351,7 @@ def test_gemma4_requests_are_checked_before_any_work(tmp_path: Path,
         _gemma4_request(parse_plan("gguf,coreml"))
     monkeypatch.delenv("ELIZA_LLAMA_CPP_CONVERTER", raising=False)
     monkeypatch.setattr(sys, "prefix", str(tmp_path))
-    with pytest.raises(MissingToolError, match="convert_hf_to_gguf.py"):
+    with pytest.raises(MissingToolError, match=r"convert_hf_to_gguf\.py"):
         _gemma4_request(parse_plan("gguf"))
     assert not toolchain.can_make("hf-llama-cpp")
     gguf = Path(__file__).resolve().parent.parent / "examples" / "bundles" / "gemma4-tiny" / \

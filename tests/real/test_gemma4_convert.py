@@ -46,8 +46,9 @@ def sources(root: Path) -> tuple[Path, Path]:
     target, assistant = root / "target", root / "assistant"
     for src, dst in ((BUNDLE / "text" / "gemma4-tiny-mlx", target),
                      (BUNDLE / "source" / "assistant", assistant)):
-        if not dst.is_dir():
-            shutil.copytree(src, dst)
+        if dst.is_dir():  # fresh: the committed folders may have changed (the stages are
+            shutil.rmtree(dst)  # keyed by content, so an unchanged copy converts nothing)
+        shutil.copytree(src, dst)
     return target, assistant
 
 
@@ -97,7 +98,9 @@ def test_the_manifest_names_the_assistant_as_an_mtp_draft(bundle: Path) -> None:
     report = json.loads((bundle / "convert.json").read_text(encoding="utf-8"))
     assert report["model"]["architecture"] == "gemma4"
     assert report["model"]["layer_types"] == ["sliding_attention", "full_attention"] * 2
-    assert report["model"]["eog_ids"] == [1, 6]  # <eos>, and <turn|> as llama.cpp reads it
+    # <eos>, then what llama.cpp's Gemma 4 vocabulary ends a turn on: <turn|> and
+    # <|tool_response> (the model waits there for the tool's answer)
+    assert report["model"]["eog_ids"] == [1, 6, 14]
 
 
 def test_verify_finds_every_artifact_identical_to_transformers(bundle: Path) -> None:

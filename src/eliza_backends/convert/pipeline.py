@@ -37,7 +37,7 @@ from ..bundle import TEXT_DIR, write_manifest
 from ..errors import BackendRuntimeError, InvalidArgumentError
 from ..hashing import cache_dir, sha256_file
 from . import toolchain
-from .stages import StageRunner
+from .stages import StageRunner, content_key
 
 FORMAT_NAMES = ("gguf", "mlx", "litert", "coreml")
 PRECISIONS: dict[str, tuple[str, ...]] = {
@@ -307,8 +307,8 @@ def _float32_stage(source: Path, from_hf: bool, root: Path, plan: ConvertPlan,
         name = plan.name or _slug(facts.name)
         if facts.architecture == "gemma4":
             llama_cpp_script = _gemma4_request(plan)
-            code = [code, toolchain.code_hash("gemma4", "llamacpp_convert"),
-                    _converter_hash(llama_cpp_script)]
+            code = content_key(code, toolchain.code_hash("gemma4", "llamacpp_convert"),
+                               _converter_hash(llama_cpp_script))
     else:
         from .gguf_source import GGUFSource
 
@@ -496,7 +496,8 @@ def _litert_build(job: _Job, p: str, prep: tuple[Any, Any, bool], d: Path) -> No
     from .litert_out import export_tflite, package_litertlm
 
     (exporter, _, use_sp), plan, hf_dir = prep, job.plan, job.hf_dir
-    source, flags = hf_dir, ()
+    source: Path = hf_dir
+    flags: tuple[str, ...] = ()
     if job.facts.architecture == "gemma4":
         from .gemma4 import LITERT_EXPORT_FLAGS, litert_source
 
