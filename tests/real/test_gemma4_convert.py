@@ -182,6 +182,7 @@ def test_a_conditional_generation_folder_converts_to_the_same_gguf(tmp_path: Pat
 def test_core_ml_is_refused_for_gemma4_naming_the_op(tmp_path: Path) -> None:
     target, _ = sources(tmp_path)
     done = run_convert(target, tmp_path / "out", "--formats", "gguf,coreml")
-    assert done.returncode == 2, done.stderr
+    assert done.returncode == 1, done.stderr  # an ElizaError, before OUT is touched
+    assert not (tmp_path / "out").exists()
     assert "ELIZA_ERR_INVALID_ARG" in done.stderr and "'diff'" in done.stderr
     assert "--formats gguf,mlx,litert" in done.stderr

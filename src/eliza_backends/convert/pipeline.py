@@ -207,12 +207,23 @@ def _check_request(source: Path, plan: ConvertPlan) -> bool:
                                    "Face checkpoint folder")
     if not from_hf and (not source.is_file() or source.suffix.lower() != ".gguf"):
         raise InvalidArgumentError(f"{source} is not a .gguf file or a Hugging Face folder")
+    if from_hf and "coreml" in plan.formats and _model_type(source) in ("gemma4_text", "gemma4"):
+        raise InvalidArgumentError(GEMMA4_COREML.format(op=GEMMA4_COREML_OP))
     toolchain.require("hf")
     for fmt in plan.formats:
         toolchain.require(_TOOLS[fmt])
     if plan.verify:
         toolchain.require("verify")
     return from_hf
+
+
+def _model_type(folder: Path) -> str | None:
+    """``config.json``'s ``model_type`` (None when unreadable: the source reader says why)."""
+    try:
+        value = json.loads((folder / "config.json").read_text(encoding="utf-8"))["model_type"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return value if isinstance(value, str) else None
 
 
 def _check_draft(draft: str | os.PathLike[str] | None, from_hf: bool) -> Path | None:
@@ -367,7 +378,8 @@ GEMMA4_COREML_OP = "PyTorch op 'diff' not implemented, at transformers' mask cod
 
 
 def _gemma4_request(plan: ConvertPlan) -> Path:
-    """The llama.cpp converter script for a Gemma 4 source; refuses Core ML first."""
+    """The llama.cpp converter script for a Gemma 4 source (Core ML was refused before:
+    :func:`_check_request`, here again for a caller that skipped it)."""
     if "coreml" in plan.formats:
         raise InvalidArgumentError(GEMMA4_COREML.format(op=GEMMA4_COREML_OP))
     toolchain.require("hf-llama-cpp")
