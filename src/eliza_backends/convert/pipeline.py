@@ -6,8 +6,12 @@ Stages (each cached by content hash under the work directory, see :mod:`.stages`
    checkpoint and a float32 GGUF with the same weights. From a GGUF: dequantized, the GGUF
    keeps the source's metadata, the tokenizer is rebuilt from the GGUF vocabulary; from a
    Hugging Face folder: widened, the GGUF header written from its config and tokenizer
-   (:mod:`.hf_source`, :mod:`.gguf_writer`). Either way every tokenizer file must tokenize
-   tricky strings exactly as llama.cpp does on that GGUF (:mod:`.tokenizer_check`);
+   (:mod:`.hf_source`, :mod:`.gguf_writer`); from a Gemma 4 folder: the text model as a
+   float32 ``Gemma4ForCausalLM`` folder (:mod:`.gemma4`) and the GGUF by llama.cpp's own
+   ``convert_hf_to_gguf.py`` (:mod:`.llamacpp_convert`). Either way every tokenizer file must
+   tokenize tricky strings exactly as llama.cpp does on that GGUF (:mod:`.tokenizer_check`);
+   ``mtp-f32`` (``draft=``) — a Gemma 4 target's ``gemma4_assistant``, by the same script, under
+   ``text/draft/mtp/``;
 2. ``gguf-<precision>`` — llama.cpp's quantizer on the float32 GGUF;
 3. ``mlx-<precision>`` — ``mlx_lm convert`` + explicit, checked config;
 4. ``litert-<precision>`` — litert-torch ``.tflite`` + a ``.litertlm`` packaged with the
