@@ -302,4 +302,7 @@ def test_explain_names_the_architecture_each_backend_would_load() -> None:
         assert mlx.model == "text/gemma4-tiny-mlx (model_type gemma4_text)"
     litert = explain(BUNDLE, backend="litert-lm")
     if litert.chosen:
-        assert litert.model.startswith("text/gemma4-tiny.")
+        assert litert.model == "text/gemma4-tiny.litertlm (LiteRT-LM model type gemma4)"
+    tiny = explain(BUNDLE.parent / "tiny", backend="litert-lm")
+    if tiny.chosen:  # the tiny llama bundle's own LlmMetadata says generic
+        assert tiny.model == "text/tiny.litertlm (LiteRT-LM model type generic_model)"
