@@ -161,7 +161,8 @@ def prepare_messages(messages: Sequence[Mapping[str, Any]], tools: Sequence[Tool
     ``tools``: earlier assistant ``tool_calls`` become the JSON the model wrote (for a Gemma 4
     template, :func:`is_gemma4_template`, they stay ``tool_calls`` with ``arguments`` decoded,
     for the template to write in Gemma's own syntax); ``tool`` results are kept as ``tool``
-    messages when the template renders tools, else become user messages naming the call; without template support, a system message lists the tools."""
+    messages when the template renders tools, else become user messages naming the call;
+    without template support, a system message lists the tools."""
     allowed, required = chosen_tools(tools, tool_choice)
     native = template_renders_tools(template)
     gemma4 = is_gemma4_template(template)
