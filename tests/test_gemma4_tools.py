@@ -2,8 +2,10 @@
 ``models/templates``) renders ``tools``, assistant ``tool_calls`` and ``tool`` results in the
 project's sandbox exactly as the template itself does outside it; Gemma 4's call syntax is parsed
 into OpenAI ``tool_calls`` the way llama.cpp's Gemma 4 parser reads it (cases from its
-``tests/test-chat.cpp``); and the tiny Gemma 4 bundle, given the real template, streams a tool
-request end to end on llama.cpp (its text is noise: the prompt and the parse path are asserted).
+``tests/test-chat.cpp``); the prompts equal what llama.cpp's own template engine renders
+(tests/fixtures/templates/gemma4-llama-server.json); and the tiny Gemma 4 bundle, given the real
+template, streams a tool request end to end on llama.cpp (its text is noise: the prompt and the
+parse path are asserted).
 """
 
 from __future__ import annotations
@@ -109,6 +111,28 @@ def test_final_answer_after_results_closes_the_model_turn() -> None:
                         "<|turn>model\n<|channel>thought\n<channel|>")
     assert got == _plain_jinja(TEMPLATE, msgs, add_generation_prompt=True, bos_token="",
                                **extra)
+
+
+LLAMA_SERVER = json.loads((ROOT / "tests" / "fixtures" / "templates" /
+                           "gemma4-llama-server.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("case", LLAMA_SERVER["cases"], ids=[c["name"] for c in
+                                                             LLAMA_SERVER["cases"]])
+def test_prompt_is_what_llama_cpp_renders(case: dict[str, Any]) -> None:
+    """The sandbox's prompt for each conversation equals the one llama.cpp's own template
+    engine rendered (tools/gemma4_template_reference.py: llama-server ``/apply-template``,
+    thinking on, BOS left to the tokenizer). One known difference, a template quirk: a ``null``
+    argument is written ``{{ none }}``, which jinja2 (and Hugging Face) print as ``None`` and
+    llama.cpp's engine as nothing."""
+    tools = parse_tools(LLAMA_SERVER["tools"])
+    msgs, extra = prepare_messages(case["messages"], tools, "auto", TEMPLATE)
+    got = render_chat(TEMPLATE, msgs, enable_thinking=True, **extra)
+    want = case["prompt"]
+    if case["name"] == "null_float_json_result":
+        assert "{config:{b:false,f:15000000000.0,x:}}" in want
+        want = want.replace("x:}}", "x:None}}")
+    assert got == want
 
 
 def test_the_templates_own_calls_parse_back() -> None:
@@ -227,4 +251,10 @@ def test_tiny_gemma4_streams_a_tool_request_through_the_real_template() -> None:
         message = reply.choices[0].message
         assert message.content == gen.content
         assert [c.function.model_dump() for c in message.tool_calls or []] == \
+            [c["function"] for c in gen.tool_calls]
+        chunks = list(chat_completion(stream, messages, tools=TOOLS, tool_choice="auto",
+                                      max_tokens=24, temperature=0.0, stream=True))
+        deltas = [c.choices[0].delta for c in chunks if c.choices]
+        assert "".join(d.content or "" for d in deltas) == (gen.content or "")
+        assert [c.function.model_dump() for d in deltas for c in d.tool_calls or []] == \
             [c["function"] for c in gen.tool_calls]
