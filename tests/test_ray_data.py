@@ -89,6 +89,22 @@ def test_batch_generator_in_process_row_errors() -> None:
         assert out[bad]["text"] is None and out[bad]["response"] is None
 
 
+def test_a_batch_runs_on_parallel_lanes_in_order() -> None:
+    """Without a cluster: 12 rows (one bad) on 3 lanes of one parallel context (one batched
+    generation where the backend batches); every row equals the in-process answer, in order,
+    and the bad one fails alone."""
+    items = [r for r in rows(12)]
+    items[5] = {**items[5], "max_tokens": 10_000}
+    want = in_process(items)
+    with BatchGenerator(TINY_BUNDLE, config=CONFIG, parallel=3, max_tokens=MAX_TOKENS) as gen:
+        out = gen(pa.Table.from_pylist(items)).to_pylist()
+        assert gen.lanes.parallel == 3 and gen.context.parallel == 3
+    assert [r["id"] for r in out] == list(range(12))
+    assert out[5]["error_code"] == "ELIZA_ERR_CONTEXT_FULL" and out[5]["text"] is None
+    assert [r["text"] for i, r in enumerate(out) if i != 5] == \
+        [w for i, w in enumerate(want) if i != 5]
+
+
 def test_unknown_default_field_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown request fields"):
         BatchGenerator(TINY_BUNDLE, max_token=3)

@@ -325,9 +325,11 @@ class _Run:
                 gen = await self.lease.call(_starter(self.req, self.prompt),
                                             self.configs[index])
             yield index, gen, None
-            step = _stepper(gen)
+            step, meter = _stepper(gen), self.lease.pool.throughput
             while not gen.done:
+                before = gen.completion_tokens
                 text = await self.lease.call(step)
+                meter.add(gen.completion_tokens - before)
                 yield index, gen, text
             self.finished.append(gen)
 
