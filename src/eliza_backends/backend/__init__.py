@@ -14,7 +14,8 @@ What lives here:
   :class:`InferenceContext` and the :class:`ModelInfo` a session is opened with;
 * the building blocks a session is made of, re-exported from the core's other parts:
   the speculative loop and its acceptance rules (:func:`accept_greedy`, :func:`accept_sampled`,
-  :class:`ModelDrafter`), the KV cursor, the sampler, the bundle tokenizers and the capture of
+  :class:`ModelDrafter`), the KV cursor, the continuous-batching step scheduler
+  (:class:`StepScheduler`), the sampler, the bundle tokenizers and the capture of
   a native runtime's stderr.
 
 Importing it imports pydantic and pluggy, never a runtime (numpy and ``tokenizers`` load on
@@ -28,6 +29,7 @@ from ..prompt.hf_tokenizer import HFTokenizer
 from ..prompt.sp_tokenizer import SPTokenizer
 from ..prompt.tokenizer import Tokenizer, TokenizerFacts, tokenizer_facts
 from ..prompt.tokenizers import find_tokenizer, load_tokenizer
+from ..runtime.batching import GATHER_WINDOW_S, BatchStats, Piece, StepRecord, StepScheduler
 from ..runtime.kv_cursor import KVCursor
 from ..runtime.sampling import Sampler
 from ..runtime.speculative import (
@@ -47,7 +49,9 @@ from .session import Session
 from .types import Availability, Capabilities, Decoded, FinishReason, Step
 
 __all__ = [
+    "GATHER_WINDOW_S",
     "Availability",
+    "BatchStats",
     "Capabilities",
     "Decoded",
     "Drafter",
@@ -59,10 +63,13 @@ __all__ = [
     "ModelDrafter",
     "ModelInfo",
     "NgramDrafter",
+    "Piece",
     "SPTokenizer",
     "Sampler",
     "Session",
     "Step",
+    "StepRecord",
+    "StepScheduler",
     "Tokenizer",
     "TokenizerFacts",
     "Verify",

@@ -13,6 +13,7 @@ import os
 import sys
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from eliza_backends import (
     Availability,
@@ -23,6 +24,7 @@ from eliza_backends import (
     Session,
     Status,
     StreamConfig,
+    UnsupportedOperationError,
     hookimpl,
 )
 from eliza_backends.backend import Drafter, find_artifacts
@@ -73,21 +75,48 @@ class LlamaCppFactory(Factory):
         return "the default and fallback (rank 0)"
 
     def open(self, context: InferenceContext, config: StreamConfig) -> Session:
+        """A session on its own ``llama_context``, or, when ``context.parallel > 1``, on one
+        sequence of a context shared by ``parallel`` sessions and decoded in batched steps
+        (:mod:`eliza_llamacpp.engine`; :class:`SessionBusyError` when all are in use)."""
         from .model import shared_model
-        from .session import LlamaCppSession
 
         options: LlamaCppOptions = self.parse_options(config)
         model = shared_model(context, self.artifact(context.bundle_dir, name=options.artifact),
                              options)
+        if context.parallel > 1:
+            return self._open_batched(context, config, options, model)
+        from .session import LlamaCppSession
+        from .solo import SoloLane
+
         if config.drafter == "mtp":
             from .mtp import MtpDrafter
 
             assistant = shared_model(context, self.mtp_artifact(context.bundle_dir, config),
                                      options)
-            return LlamaCppSession(model, config, options, context, linked=lambda ctx: MtpDrafter(
-                assistant, model, ctx, config, options))
+            return LlamaCppSession(model, config, SoloLane(model, config, options), context,
+                                   linked=lambda ctx: MtpDrafter(assistant, model, ctx, config,
+                                                                 options))
         drafter = self.make_drafter(context, config, model.info)
-        return LlamaCppSession(model, config, options, context, drafter)
+        return LlamaCppSession(model, config, SoloLane(model, config, options), context,
+                               drafter)
+
+    def _open_batched(self, context: InferenceContext, config: StreamConfig,
+                      options: LlamaCppOptions, model: Any) -> Session:
+        from .engine import shared_engine
+        from .session import LlamaCppSession
+
+        if config.drafter == "mtp":
+            raise UnsupportedOperationError(
+                "drafter='mtp' reads the session's own llama.cpp context and cannot run on a "
+                f"batched one (this InferenceContext has parallel={context.parallel}): use "
+                "drafter='ngram' or 'model', or an InferenceContext with parallel=1")
+        lane = shared_engine(context, model, config, options).open_lane()
+        try:
+            drafter = self.make_drafter(context, config, model.info)
+            return LlamaCppSession(model, config, lane, context, drafter)
+        except BaseException:
+            lane.close()
+            raise
 
     def make_draft_model(self, context: InferenceContext, config: StreamConfig,
                          target: ModelInfo) -> Drafter:

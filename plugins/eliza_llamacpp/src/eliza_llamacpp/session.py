@@ -1,8 +1,14 @@
 """The llama.cpp session on llama-cpp-python's low-level API.
 
-One ``llama_context`` per session (its own KV cache, sequence 0), one sampler chain built from
-the :class:`StreamConfig`, and the weights shared through the :class:`InferenceContext`
-(:mod:`eliza_llamacpp.model`).
+A session drives one sequence of a ``llama_context`` through a
+:class:`~eliza_llamacpp.model.Lane`: its own context (:class:`~eliza_llamacpp.solo.SoloLane`,
+sequence 0) or, on an :class:`InferenceContext` with ``parallel > 1``, one sequence of a
+context shared with other sessions and decoded in batched steps
+(:class:`~eliza_llamacpp.engine.SharedLane`). One sampler chain built from the
+:class:`StreamConfig` per session, and the weights shared through the context
+(:mod:`eliza_llamacpp.model`). Everything here (sampling, stop tokens, the logits hook,
+drafting) is the same on both lanes: it runs in the decode's ``then`` callback, on the rows of
+this sequence.
 
 Greedy decoding without a repeat penalty reads the token straight off the logits (numpy
 ``argmax`` over ``llama_get_logits_ith``, the first maximum, as llama.cpp's greedy sampler picks):
@@ -13,12 +19,14 @@ benchmarks/bench_llamacpp.py shows the effect).
 Decoding is lazy by one token (:class:`~eliza_backends.runtime.kv_cursor.KVCursor`): the last
 sampled token is fed to the model at the start of the next step, so a step of n tokens costs n
 samples and n decodes, and the first token after a prefill is sampled straight from the prefill's
-logits (no extra decode before it). With a drafter, the core's speculative loop drafts and this
-session verifies ``[pending, d1..dk]`` in one batched ``llama_decode``.
+logits (no extra decode before it; on a shared context, where the next step overwrites them, the
+prefill keeps a copy of its last row). With a drafter, the core's speculative loop drafts and
+this session verifies ``[pending, d1..dk]`` in one batched ``llama_decode``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import struct
 from collections.abc import Callable, Sequence
@@ -29,78 +37,86 @@ import numpy as np
 
 from eliza_backends import (
     BackendRuntimeError,
+    CancelledError,
     Capabilities,
     Decoded,
     InferenceContext,
     Session,
+    SessionClosedError,
     SlotError,
     StreamConfig,
 )
-from eliza_backends.backend import Drafter, KVCursor, Sampler, accept_greedy, accept_sampled
-
-from .model import (
-    LoadedModel,
-    Outputs,
-    TargetLinkedDrafter,
-    fill_batch,
-    new_context,
-    one_token_batch,
+from eliza_backends.backend import (
+    Drafter,
+    KVCursor,
+    Sampler,
+    StepScheduler,
+    accept_greedy,
+    accept_sampled,
 )
-from .options import LlamaCppOptions
 
-_DECODE_ABORTED = 2
+from .model import Lane, LoadedModel, TargetLinkedDrafter
+
+#: ``llama_token_data`` as a numpy record (id, logit, p), for sampling a saved logits row.
+_TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
 
 
 class LlamaCppSession(Session):
-    """A llama.cpp generation: one ``llama_context``, sequence 0."""
+    """A llama.cpp generation: one sequence, on its own context or a shared one (``lane``)."""
 
     backend_name = "llama.cpp"
 
-    def __init__(self, model: LoadedModel, config: StreamConfig, options: LlamaCppOptions,
+    def __init__(self, model: LoadedModel, config: StreamConfig, lane: Lane,
                  context: InferenceContext | None, drafter: Drafter | None = None, *,
                  linked: Callable[[Any], TargetLinkedDrafter] | None = None) -> None:
-        """``drafter``: a drafter of its own (n-gram, draft model); ``linked``: builds one on
-        this session's ``llama_context`` instead (the MTP assistant), told of every decode."""
+        """``lane``: the sequence the session decodes, its own context or one sequence of a
+        shared one (the session owns it from here: it closes it). ``drafter``: a drafter of
+        its own (n-gram, draft model); ``linked``: builds one on this session's
+        ``llama_context`` instead (the MTP assistant; own contexts only), told of every
+        decode."""
         self._model = model
         # speculative rounds with sampling or a repeat penalty go through the core's numpy
         # sampler (the standard acceptance rule needs the target's probabilities)
         self._spec_sampler = Sampler(config) if (drafter or linked) is not None and not (
             config.greedy and config.repeat_penalty == 1.0) else None
         self._linked: TargetLinkedDrafter | None = None
-        self._ctx: Any = None
         self._sampler: Any = None
-        self._batch: Any = None
-        self._one: Any = None
-        ctx = new_context(model, config, "a context", n_ubatch=options.n_ubatch,
-                          flash_attention=options.flash_attention,
-                          kv_cache_type=options.kv_cache_type)
-        self._ctx = ctx
-        self._mem = lc.llama_get_memory(ctx)
-        self._n_batch = lc.llama_n_batch(ctx)
-        self._batch = lc.llama_batch_init(self._n_batch, 0, 1)
-        self._one = one_token_batch()
-        self._sampler = self._build_sampler(config)
+        self._lane = lane
+        try:
+            self._sampler = self._build_sampler(config)
+            if linked is not None:
+                if lane.batched:
+                    raise ValueError("a target-linked drafter needs the session's own context")
+                drafter = self._linked = lane.linked = linked(lane.ctx)
+        except BaseException:
+            self._close()
+            raise
+        self._batched = lane.batched
         # the chain is exactly llama.cpp's greedy sampler then: the argmax gives its token
         self._argmax = config.greedy and config.repeat_penalty == 1.0
         self._cursor = KVCursor()
-        if linked is not None:
-            try:
-                drafter = self._linked = linked(ctx)
-            except BaseException:
-                self._close()
-                raise
-        super().__init__(config, context, model.info, context_size=lc.llama_n_ctx(ctx),
+        #: The last prefill's logits row, copied (a shared context's next step overwrites it);
+        #: None on an own context, where the row stays readable, and once it was used.
+        self._saved: np.ndarray | None = None
+        super().__init__(config, context, model.info, context_size=lane.n_ctx,
                          drafter=drafter)
         # llama.cpp polls this inside llama_decode: the core's C-level cancel probe, so no
         # Python code (where a KeyboardInterrupt would be printed and lost) runs in it
-        self._abort = lc.ggml_abort_callback(self._cancel_probe)
+        self._abort = lane.abort = lc.ggml_abort_callback(self._cancel_probe)
 
     @property
     def capabilities(self) -> Capabilities:
+        drafters = {"none", "ngram", "model"} if self._batched else {
+            "none", "ngram", "model", "mtp"}
         return Capabilities(token_input=True, prefix_reuse=True, slots=True,
-                            cancel_prefill=True, sampling=True,
-                            drafters=frozenset({"none", "ngram", "model", "mtp"}),
-                            logits=True)
+                            cancel_prefill=True, sampling=True, drafters=frozenset(drafters),
+                            logits=True, batched=self._batched)
+
+    @property
+    def scheduler(self) -> StepScheduler | None:
+        """The step scheduler of the shared context this session decodes on (its records
+        and :meth:`~eliza_backends.backend.StepScheduler.stats`); None on an own context."""
+        return self._lane.scheduler
 
     # ------------------------------------------------------------------ hooks
 
@@ -124,43 +140,49 @@ class LlamaCppSession(Session):
         add(chain, lc.llama_sampler_init_dist(config.seed))
         return chain
 
+    def _stopped(self, exc: BaseException) -> None:
+        """A lane's CancelledError becomes the session's own (with its reason)."""
+        if isinstance(exc, CancelledError):
+            self._raise_if_cancelled()
+
     def _prefill(self, token_ids: list[int]) -> None:
-        kv = self._cursor
+        kv, lane = self._cursor, self._lane
         tokens = kv.pending + token_ids
         start = kv.n_kv
-        batch, cap = self._batch, self._n_batch
-        lc.llama_set_abort_callback(self._ctx, self._abort, None)
+        self._saved = None
         try:
-            for off in range(0, len(tokens), cap):
-                self._raise_if_cancelled()
-                chunk = tokens[off:off + cap]
-                last = off + len(chunk) == len(tokens)
-                outputs: Outputs = "last" if last else "none"
-                fill_batch(batch, chunk, start + off, outputs)
-                self._check_decode(lc.llama_decode(self._ctx, batch))
-                kv.n_kv = start + off + len(chunk)
-                if self._linked is not None:
-                    self._linked.target_decoded(start + off, chunk, outputs)
-        except BaseException:
-            lc.llama_memory_seq_rm(self._mem, 0, start, -1)
+            self._saved = lane.decode(tokens, start, "last", self._keep_row,
+                                      self._cancel_requested)
+        except BaseException as exc:
+            with contextlib.suppress(SessionClosedError):
+                lane.drop(start)
             kv.n_kv = start
+            self._stopped(exc)
             raise
-        finally:
-            lc.llama_set_abort_callback(self._ctx, lc.ggml_abort_callback(), None)
+        kv.n_kv = start + len(tokens)
         kv.pending = []
 
-    def _check_decode(self, status: int) -> None:
-        if status == 0:
-            return
-        if status == _DECODE_ABORTED:
-            self._raise_if_cancelled()
-        raise BackendRuntimeError(f"llama_decode failed with status {status}"
-                                  + (" (no KV slot: context full)" if status == 1 else ""))
+    def _keep_row(self, last_row: int) -> np.ndarray | None:
+        """A prefill's ``then``: a copy of its last logits row where the next step overwrites
+        them (a shared context)."""
+        return None if self._lane.keeps_logits else self._row(last_row).copy()
+
+    def _row(self, i: int) -> np.ndarray:
+        """Output row ``i`` of the last decode (a view; -1: its last row)."""
+        return np.ctypeslib.as_array(lc.llama_get_logits_ith(self._lane.ctx, i),
+                                     shape=(self.vocab_size,))
 
     def _decode(self, max_tokens: int) -> Decoded:
+        out = self._decode_tokens(max_tokens)
+        if self._batched and out.tokens and (self._ends_generation(out.tokens[-1]) or (
+                len(out.tokens) >= max_tokens and self._stream_ends_with(max_tokens))):
+            self._lane.idle()  # the stream ends: the next step need not wait for it
+        return out
+
+    def _decode_tokens(self, max_tokens: int) -> Decoded:
         if self._drafter is None:
             return self._decode_plain(max_tokens)
-        draft_length = min(self.config.draft_length, self._n_batch - 1)
+        draft_length = min(self.config.draft_length, self._lane.draft_cap)
         if self._cursor.pending:
             return self._speculate(max_tokens, self._verify, draft_length=draft_length)
         first = self._decode_plain(1)  # the first token after a prefill: its logits are ready
@@ -169,134 +191,140 @@ class LlamaCppSession(Session):
         return self._speculate(max_tokens, self._verify, draft_length=draft_length,
                                after=first.tokens)
 
-    def _sample_at(self, i: int) -> int:
-        """The token for output row ``i`` of the last decode (-1: the last row)."""
-        if self._argmax:
-            logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(self._ctx, i),
-                                           shape=(self.vocab_size,))
-            return int(logits.argmax())
-        tok: int = lc.llama_sampler_sample(self._sampler, self._ctx, i)
+    def _pick(self, i: int) -> int:
+        """The token for output row ``i`` of the last decode (-1: its last row): the logits
+        hook, then the argmax or the sampler chain."""
+        guide = self._guide
+        if guide is None:
+            if self._argmax:
+                return int(self._row(i).argmax())
+            return int(lc.llama_sampler_sample(self._sampler, self._lane.ctx, i))
+        guide.process(self._row(i))  # the core's logits hook: masked in place
+        tok = int(self._row(i).argmax()) if self._argmax else int(
+            lc.llama_sampler_sample(self._sampler, self._lane.ctx, i))
+        guide.accept(tok)
+        return tok
+
+    def _pick_saved(self, row: np.ndarray) -> int:
+        """:meth:`_pick` on a saved logits row."""
+        guide = self._guide
+        if guide is not None:
+            guide.process(row)
+        tok = int(row.argmax()) if self._argmax else self._sample_row(row)
+        if guide is not None:
+            guide.accept(tok)
+        return tok
+
+    def _sample_row(self, row: np.ndarray) -> int:
+        """The sampler chain over a logits row outside the context: what
+        ``llama_sampler_sample`` does with a context's row (candidates, apply, accept)."""
+        n = len(row)
+        data = np.empty(n, dtype=_TOKEN_DATA)
+        data["id"] = np.arange(n, dtype=np.int32)
+        data["logit"] = row
+        data["p"] = 0.0
+        cur = lc.llama_token_data_array(
+            data=data.ctypes.data_as(ctypes.POINTER(lc.llama_token_data)), size=n,
+            selected=-1, sorted=False)
+        lc.llama_sampler_apply(self._sampler, ctypes.byref(cur))
+        tok = int(cur.data[cur.selected].id)
+        lc.llama_sampler_accept(self._sampler, tok)
         return tok
 
     def _decode_plain(self, max_tokens: int) -> Decoded:
-        sample_at, ctx, guide = self._sample_at, self._ctx, self._guide
+        kv, lane, pick, cancelled = self._cursor, self._lane, self._pick, self._cancel_requested
+        fed: list[int] = []  # the token sampled in the last feed's decode, not yet taken
+
+        def feed() -> None:
+            """Decode the tokens the KV cache does not hold yet (usually the one sampled
+            last) and sample the next token from its row."""
+            self._saved = None
+            if len(kv.pending) > 1:  # after restore_slot / reset_keep beyond the cache
+                self._prefill([])
+                return
+            try:
+                fed.append(lane.decode(kv.pending, kv.n_kv, "last", pick, cancelled))
+            except BaseException as exc:
+                self._stopped(exc)
+                raise
+            kv.n_kv += 1
+            kv.pending = []
 
         def sample(_out: list[int]) -> int:
-            return sample_at(-1)
+            if fed:
+                return fed.pop()
+            saved, self._saved = self._saved, None
+            return pick(-1) if saved is None else self._pick_saved(saved)
 
-        if guide is not None:  # the core's logits hook: masked in place, then sampled as usual
-            n_vocab = self.vocab_size
-
-            def sample(_out: list[int]) -> int:
-                guide.process(np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, -1),
-                                                    shape=(n_vocab,)))
-                tok = sample_at(-1)
-                guide.accept(tok)
-                return tok
-
-        return Decoded(self._cursor.decode(max_tokens, self._feed_pending, sample,
-                                       self._stop_tokens, self._raise_if_cancelled))
-
-    def _feed_pending(self) -> None:
-        """Decode the tokens the KV cache does not hold yet (usually the one sampled last)."""
-        kv, one = self._cursor, self._one
-        if len(kv.pending) > 1:  # after restore_slot / reset_keep beyond the cache
-            self._prefill([])
-            return
-        one.token[0] = kv.pending[0]
-        one.pos[0] = kv.n_kv
-        status = lc.llama_decode(self._ctx, one)
-        if status:
-            self._check_decode(status)
-        if self._linked is not None:
-            self._linked.target_decoded(kv.n_kv, kv.pending, "last")
-        kv.n_kv += 1
-        kv.pending = []
+        return Decoded(kv.decode(max_tokens, feed, sample, self._stop_tokens,
+                                 self._raise_if_cancelled))
 
     def _verify(self, seq: Sequence[int], drafts: list[int]) -> tuple[list[int], int]:
         """One batched decode over ``[pending, d1..dk]`` (logits for every position), the
-        acceptance rule, then the KV cache rolled back past the rejected drafts."""
-        ctx, kv = self._ctx, self._cursor
+        acceptance rule in its callback, then the KV cache rolled back past the rejected
+        drafts."""
+        kv, lane = self._cursor, self._lane
         fed = [kv.pending[0], *drafts]
-        fill_batch(self._batch, fed, kv.n_kv, "all")
-        status = lc.llama_decode(ctx, self._batch)
-        if status:
-            lc.llama_memory_seq_rm(self._mem, 0, kv.n_kv, -1)
-            self._check_decode(status)
-        if self._linked is not None:
-            self._linked.target_decoded(kv.n_kv, fed, "all")
-        sampler = self._spec_sampler
+        self._saved = None
+        try:
+            produced, n_ok = lane.decode(
+                fed, kv.n_kv, "all", lambda last: self._accept(seq, drafts, last - len(drafts)),
+                self._cancel_requested)
+        except BaseException as exc:
+            with contextlib.suppress(SessionClosedError):
+                lane.drop(kv.n_kv)
+            self._stopped(exc)
+            raise
+        keep = kv.n_kv + len(produced)  # the pending token + every produced but the last
+        if len(drafts) >= len(produced):
+            lane.drop(keep)
+        kv.n_kv = keep
+        kv.pending = [produced[-1]]
+        return produced, n_ok
+
+    def _accept(self, seq: Sequence[int], drafts: list[int], base: int
+                ) -> tuple[list[int], int]:
+        """The acceptance rule over the verify rows ``base..base+k``."""
+        sampler, pick = self._spec_sampler, self._pick
         if sampler is None or (not drafts and self.config.repeat_penalty == 1.0):
             # greedy, or a plain round (the policy's k = 0) that needs no probabilities: the
             # C sampler chain, as without a drafter (the numpy one costs ~5 ms a token at a
             # 262k vocabulary); with a repeat penalty the chain would not have seen the drafted
             # rounds' tokens, so those rounds stay with the numpy sampler
-            produced, n_ok = accept_greedy(drafts, self._sample_at, self._ends_generation)
-        else:
-            n_vocab, recent = self.vocab_size, self.config.repeat_last_n
-            window = list(seq[len(seq) - recent:])
+            return accept_greedy(drafts, lambda i: pick(base + i), self._ends_generation)
+        recent = self.config.repeat_last_n
+        window = list(seq[len(seq) - recent:])
 
-            def distribution(i: int) -> tuple[Any, Any]:
-                logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, i),
-                                               shape=(n_vocab,))
-                return sampler.distribution(logits, window + drafts[:i])
+        def distribution(i: int) -> tuple[Any, Any]:
+            return sampler.distribution(self._row(base + i), window + drafts[:i])
 
-            produced, n_ok = accept_sampled(drafts, distribution, sampler,
-                                            self._ends_generation)
-        keep = kv.n_kv + len(produced)  # the pending token + every produced but the last
-        if len(drafts) >= len(produced):
-            lc.llama_memory_seq_rm(self._mem, 0, keep, -1)
-        kv.n_kv = keep
-        kv.pending = [produced[-1]]
-        return produced, n_ok
+        return accept_sampled(drafts, distribution, sampler, self._ends_generation)
 
     def _batch_cost(self, max_n: int) -> list[float] | None:
-        """Time ``llama_decode`` over n = 1..max_n copies of the pending token at the free
-        positions after the cache (logits for all), dropping them after each call. The sizes
-        take turns (1, 2, .. max_n, 1, 2, ..; one unmeasured turn first) so that a busy spell
-        on a shared machine hits every size alike, and each size keeps its fastest of 4 (the
-        minimum is the cost, the rest is other work). The curve is not made monotone: ggml's
-        repacked quantized matmuls take rows in groups, so a longer batch can cost less than a
-        shorter one (Gemma 3 270M Q4_K_M, 1 thread: 4 tokens 3.1x one, 3 tokens 4.3x), and the
-        policy should see that."""
-        import time
-
-        kv, batch, ctx = self._cursor, self._batch, self._ctx
-        max_n = min(max_n, self._n_batch, self.context_size - kv.n_kv)
-        if max_n < 2 or not kv.pending:
+        kv = self._cursor
+        if not kv.pending:
             return None
-        best = [float("inf")] * max_n
-        try:
-            for turn in range(5):
-                for n in range(1, max_n + 1):
-                    fill_batch(batch, [kv.pending[0]] * n, kv.n_kv, "all")
-                    t0 = time.perf_counter()
-                    status = lc.llama_decode(ctx, batch)
-                    dt = time.perf_counter() - t0
-                    lc.llama_memory_seq_rm(self._mem, 0, kv.n_kv, -1)
-                    if status:
-                        return None
-                    if turn:
-                        best[n - 1] = min(best[n - 1], dt)
-        finally:
-            lc.llama_memory_seq_rm(self._mem, 0, kv.n_kv, -1)
-        return best
+        return self._lane.batch_cost(kv.pending[0], kv.n_kv,
+                                     min(max_n, self.context_size - kv.n_kv))
 
     def _reset(self) -> None:
         if self._spec_sampler is not None:
             self._spec_sampler.reset()
-        lc.llama_memory_clear(self._mem, True)
+        self._lane.clear()
         lc.llama_sampler_reset(self._sampler)
         self._cursor.reset()
+        self._saved = None
 
     def _truncate(self, n_keep: int) -> bool:
         # llama.cpp's own count of the cached positions is the truth (a call interrupted
         # between a decode and the cursor's update leaves the cursor behind or ahead); the
         # cached positions below n_past hold history tokens, everything past n_keep goes
-        kv = self._cursor
-        kv.n_kv = lc.llama_memory_seq_pos_max(self._mem, 0) + 1
+        kv, lane = self._cursor, self._lane
+        kv.n_kv = lane.pos_max() + 1
         kv.truncate(self._sequence, n_keep)
-        if not lc.llama_memory_seq_rm(self._mem, 0, kv.n_kv, -1):
+        self._saved = None
+        lane.idle()
+        if not lane.drop(kv.n_kv):
             return False
         lc.llama_sampler_reset(self._sampler)
         return True
@@ -321,12 +349,10 @@ class LlamaCppSession(Session):
     # ------------------------------------------------------------------ slots
 
     def _save_state(self) -> bytes:
-        size = lc.llama_state_seq_get_size(self._ctx, 0)
-        buf = (ctypes.c_uint8 * size)()
-        written = lc.llama_state_seq_get_data(self._ctx, buf, size, 0)
-        if written == 0:
+        state = self._lane.save()
+        if not state:
             raise SlotError("llama.cpp could not serialise the sequence state")
-        return struct.pack("<I", self._cursor.n_kv) + bytes(buf[:written])
+        return struct.pack("<I", self._cursor.n_kv) + state
 
     def _restore_state(self, payload: bytes, tokens: list[int]) -> None:
         if len(payload) < 4:
@@ -334,30 +360,22 @@ class LlamaCppSession(Session):
         (n_kv,) = struct.unpack_from("<I", payload)
         if not 1 <= n_kv <= len(tokens):
             raise SlotError(f"slot says {n_kv} cached tokens for a history of {len(tokens)}")
-        state = payload[4:]
-        buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
-        lc.llama_memory_clear(self._mem, True)
-        if lc.llama_state_seq_set_data(self._ctx, buf, len(state), 0) == 0:
+        self._saved = None
+        if not self._lane.load(payload[4:], tokens[:n_kv]):
             self._reset()
             raise SlotError("llama.cpp refused the saved state (a different context size or "
                             "model configuration?); prefill again")
         lc.llama_sampler_reset(self._sampler)
         if self._cursor.restore(tokens, n_kv):  # logits of the last token are not saved
-            lc.llama_memory_seq_rm(self._mem, 0, n_kv - 1, -1)
+            self._lane.drop(n_kv - 1)
 
     # ------------------------------------------------------------------ teardown
 
     def _close(self) -> None:
-        if self._batch is not None:
-            lc.llama_batch_free(self._batch)
-            lc.llama_batch_free(self._one)
-            self._batch = self._one = None
         if self._sampler is not None:
             lc.llama_sampler_free(self._sampler)
             self._sampler = None
-        if self._ctx is not None:
-            lc.llama_free(self._ctx)
-            self._ctx = None
+        self._lane.close()
 
     def __del__(self) -> None:
         try:

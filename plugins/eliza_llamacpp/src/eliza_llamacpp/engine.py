@@ -1,0 +1,297 @@
+"""Continuous batching on llama.cpp: sessions sharing one ``llama_context``, one sequence each.
+
+On an :class:`~eliza_backends.InferenceContext` made with ``parallel=N``, the sessions with the
+same model and context settings share one :class:`BatchEngine`: a ``llama_context`` of ``N``
+sequences (``n_seq_max = N``) over one unified KV cache of ``N * context_size`` cells
+(``kv_unified``: a cell may belong to several sequences, so a copied prefix costs no cells and
+no copy). Each session owns one sequence id (a :class:`SharedLane`) and asks the engine's
+:class:`~eliza_backends.backend.StepScheduler` for its decodes; the scheduler puts every
+sequence that wants tokens into one ``llama_decode`` per step and cuts long prefills into pieces
+that ride along with the running decodes. Sampling, stop tokens, constraints, logprobs and
+drafting stay with each session (they run in the decode's callback, on its own rows).
+
+Every other call on the shared context (dropping a sequence's positions, copying a prefix,
+saving or loading a sequence's state) runs between steps (``scheduler.exclusive()``).
+
+**Shared prefixes.** A prefill that starts where its sequence's cache ends looks for the live
+sequence whose cached tokens share the longest prefix with the new sequence and copies those
+positions (``llama_memory_seq_cp``) instead of decoding them: a system prompt or a few-shot
+header is decoded once. The engine keeps every sequence's cached tokens for that (updated
+only when a decode succeeded, cut when positions are dropped), copies only whole positions
+``0..k-1`` of a sequence that still holds all of them (a sliding-window cache that pruned old
+positions is never copied from), and always decodes at least the last prompt token (its logits
+are needed). Models with recurrent state do not share.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import llama_cpp as lc
+
+from eliza_backends import (
+    BackendRuntimeError,
+    InferenceContext,
+    SessionBusyError,
+    SessionClosedError,
+    StreamConfig,
+)
+from eliza_backends.backend import Piece, StepScheduler
+
+from .model import (
+    LoadedModel,
+    Outputs,
+    TargetLinkedDrafter,
+    default_threads,
+    load_seq,
+    new_context,
+    save_seq,
+    use_extra_buffers,
+)
+from .options import LlamaCppOptions
+
+R = TypeVar("R")
+
+
+class BatchEngine:
+    """One ``llama_context`` of ``parallel`` sequences and the scheduler of its steps (see the
+    module docstring). Owned by the :class:`InferenceContext` (closed after its sessions);
+    safe from any thread."""
+
+    def __init__(self, model: LoadedModel, config: StreamConfig, options: LlamaCppOptions,
+                 parallel: int) -> None:
+        self.parallel = parallel
+        self.ctx: Any = new_context(model, config, f"a batched context of {parallel} sequences",
+                                    n_ubatch=options.n_ubatch,
+                                    flash_attention=options.flash_attention,
+                                    kv_cache_type=options.kv_cache_type, n_seq=parallel)
+        self.mem = lc.llama_get_memory(self.ctx)
+        self.n_batch: int = lc.llama_n_batch(self.ctx)
+        #: Positions one sequence may use (the sessions' context window).
+        self.n_ctx_seq = config.context_size
+        self._batch: Any = lc.llama_batch_init(self.n_batch, 0, 1)
+        self.scheduler = StepScheduler(self._decode, self.n_batch)
+        self._lock = threading.Lock()  # the sequence ids
+        self._free = list(range(parallel))
+        #: Each live sequence's cached tokens (positions 0..len-1), for shared prefixes.
+        self.cached: dict[int, list[int]] = {}
+        self._share = not (lc.llama_model_is_recurrent(model.ptr)
+                           or lc.llama_model_is_hybrid(model.ptr))
+        #: Tokens decoded, and prompt tokens copied from another sequence instead, since the
+        #: engine opened.
+        self.decoded = 0
+        self.prefill_copied = 0
+
+    # ------------------------------------------------------------------ sequences
+
+    def open_lane(self) -> SharedLane:
+        """A free sequence of the context. :class:`SessionBusyError` when all ``parallel`` are
+        in use."""
+        with self._lock:
+            if self.scheduler.closed:
+                raise SessionClosedError("the batched context is closed; open a new "
+                                         "InferenceContext")
+            if not self._free:
+                raise SessionBusyError(
+                    f"all {self.parallel} sequences of this batched context are in use: close "
+                    f"a stream first, or make the InferenceContext with a larger parallel")
+            seq = self._free.pop(0)
+            self.cached[seq] = []
+        return SharedLane(self, seq)
+
+    def release(self, seq: int) -> None:
+        """Free sequence ``seq`` (its positions dropped) for the next session."""
+        self.scheduler.idle(seq)
+        try:
+            with self.scheduler.exclusive():
+                lc.llama_memory_seq_rm(self.mem, seq, -1, -1)
+                self.cached[seq] = []
+        except SessionClosedError:
+            pass  # the context is gone with everything in it
+        with self._lock:
+            self.cached.pop(seq, None)
+            if seq not in self._free:
+                self._free.append(seq)
+
+    @property
+    def active(self) -> int:
+        """Sequences in use."""
+        return self.parallel - len(self._free)
+
+    def share_prefix(self, seq: int, tokens: Sequence[int], start: int) -> int:
+        """Copy the longest prefix of ``cached[seq] + tokens`` (beyond ``start``, short of its
+        last token) that another sequence holds into ``seq``; returns the new start. Call
+        under ``scheduler.exclusive()``."""
+        if not self._share:
+            return start
+        mine = self.cached[seq]
+        if len(mine) != start:
+            return start
+        full = [*mine, *tokens]
+        limit = len(full) - 1  # the last token is decoded: its logits are needed
+        best, src = start, -1
+        for other, held in list(self.cached.items()):
+            if other == seq or len(held) <= best:
+                continue
+            n = _common_prefix(held, full, limit)
+            if n > best and lc.llama_memory_seq_pos_min(self.mem, other) == 0:
+                best, src = n, other
+        if src < 0:
+            return start
+        lc.llama_memory_seq_cp(self.mem, src, seq, start, best)
+        mine.extend(full[start:best])
+        self.prefill_copied += best - start
+        return best
+
+    # ------------------------------------------------------------------ steps
+
+    def _decode(self, pieces: Sequence[Piece]) -> None:
+        """The scheduler's batched forward pass: every piece into one ``llama_batch``."""
+        batch, i = self._batch, 0
+        token, pos, n_seq_id, seq_id, logits = (batch.token, batch.pos, batch.n_seq_id,
+                                                batch.seq_id, batch.logits)
+        for piece in pieces:
+            seq, start = piece.seq, piece.start
+            first_out = len(piece.tokens) - piece.n_outputs
+            for j, tok in enumerate(piece.tokens):
+                token[i] = tok
+                pos[i] = start + j
+                n_seq_id[i] = 1
+                seq_id[i][0] = seq
+                logits[i] = j >= first_out
+                i += 1
+        batch.n_tokens = i
+        self.decoded += i
+        status = lc.llama_decode(self.ctx, batch)
+        if status:
+            raise BackendRuntimeError(
+                f"llama_decode failed with status {status} on a batch of {len(pieces)} "
+                "sequences" + (" (no KV slot: the shared cache is full)" if status == 1 else ""))
+
+    def close(self) -> None:
+        """Fail what is queued, wait for the step in flight, free the context (idempotent)."""
+        self.scheduler.close()
+        with self._lock:
+            if self._batch is not None:
+                lc.llama_batch_free(self._batch)
+                self._batch = None
+            if self.ctx is not None:
+                lc.llama_free(self.ctx)
+                self.ctx = None
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+    n = min(len(a), len(b), limit)
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def shared_engine(context: InferenceContext, model: LoadedModel, config: StreamConfig,
+                  options: LlamaCppOptions) -> BatchEngine:
+    """The engine of ``context`` for ``model`` and the settings that must match to share one
+    ``llama_context`` (threads, context and batch sizes, KV cache and flash attention)."""
+    key = ("llama.cpp-batched", str(model.path), config.threads or default_threads(),
+           config.context_size, config.batch_size, options.n_ubatch, options.flash_attention,
+           options.kv_cache_type, options.n_gpu_layers, use_extra_buffers(options),
+           context.parallel)
+    return context.shared(key, lambda: BatchEngine(model, config, options, context.parallel),
+                          BatchEngine.close)
+
+
+class SharedLane:
+    """One sequence of a :class:`BatchEngine` (see :class:`eliza_llamacpp.model.Lane`): its
+    decodes are shares of the engine's steps; everything else runs between steps."""
+
+    batched = True
+    keeps_logits = False
+    #: (a cancelled sequence is dropped between steps; no drafter reads a shared context)
+    abort: Any = None
+    linked: TargetLinkedDrafter | None = None
+
+    def __init__(self, engine: BatchEngine, seq: int) -> None:
+        self.engine = engine
+        self.seq = seq
+        self.ctx: Any = engine.ctx
+        self.n_batch = engine.n_batch
+        self.n_ctx = engine.n_ctx_seq
+        self.draft_cap = max(1, (engine.n_batch - 1) // engine.parallel - 1)
+        self.scheduler: StepScheduler | None = engine.scheduler
+        self._closed = False
+
+    def decode(self, tokens: list[int], start: int, outputs: Outputs,
+               then: Callable[[int], R], cancelled: Callable[[], bool]) -> R:
+        """See :meth:`eliza_llamacpp.model.Lane.decode`. A prefill (``"last"``) first copies
+        the prefix another sequence holds."""
+        engine, seq = self.engine, self.seq
+        if outputs == "last" and len(tokens) > 1:
+            with engine.scheduler.exclusive():
+                new_start = engine.share_prefix(seq, tokens, start)
+            tokens, start = tokens[new_start - start:], new_start
+        n_out = len(tokens) if outputs == "all" else int(outputs == "last")
+        cached = engine.cached[seq]
+
+        def done(piece: Piece) -> R:
+            del cached[start:]
+            cached.extend(tokens)
+            return then(piece.last_row)
+
+        return engine.scheduler.submit(seq, tokens, start, n_out, done, cancelled)
+
+    def drop(self, p0: int) -> bool:
+        """See :meth:`eliza_llamacpp.model.Lane.drop`."""
+        engine = self.engine
+        with engine.scheduler.exclusive():
+            del engine.cached[self.seq][p0:]
+            return bool(lc.llama_memory_seq_rm(engine.mem, self.seq, p0, -1))
+
+    def clear(self) -> None:
+        """See :meth:`eliza_llamacpp.model.Lane.clear`."""
+        self.engine.scheduler.idle(self.seq)
+        self.drop(0)
+
+    def pos_max(self) -> int:
+        """See :meth:`eliza_llamacpp.model.Lane.pos_max`."""
+        engine = self.engine
+        with engine.scheduler.exclusive():
+            return int(lc.llama_memory_seq_pos_max(engine.mem, self.seq))
+
+    def save(self) -> bytes:
+        """See :meth:`eliza_llamacpp.model.Lane.save`."""
+        with self.engine.scheduler.exclusive():
+            return save_seq(self.engine.ctx, self.seq)
+
+    def load(self, state: bytes, tokens: Sequence[int]) -> bool:
+        """See :meth:`eliza_llamacpp.model.Lane.load`."""
+        engine, seq = self.engine, self.seq
+        with engine.scheduler.exclusive():
+            cached = engine.cached[seq]
+            cached.clear()
+            lc.llama_memory_seq_rm(engine.mem, seq, -1, -1)
+            if not load_seq(engine.ctx, seq, state):
+                lc.llama_memory_seq_rm(engine.mem, seq, -1, -1)
+                return False
+            n = int(lc.llama_memory_seq_pos_max(engine.mem, seq)) + 1
+            cached.extend(tokens[:n])
+            return True
+
+    def idle(self) -> None:
+        """See :meth:`eliza_llamacpp.model.Lane.idle`."""
+        self.engine.scheduler.idle(self.seq)
+
+    def batch_cost(self, token: int, n_kv: int, max_n: int) -> list[float] | None:
+        """None: a verify rides in a batch with the other sequences' tokens, its cost is not
+        its own (the draft policy keeps the configured draft length)."""
+        return None
+
+    def close(self) -> None:
+        """Give the sequence back to the engine (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            self.engine.release(self.seq)
+
+
+__all__ = ["BatchEngine", "SharedLane", "shared_engine"]

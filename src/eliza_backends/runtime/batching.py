@@ -1,0 +1,436 @@
+"""Continuous batching: a backend-neutral step scheduler for sequences sharing one runtime context.
+
+Several sessions decode in one runtime context (llama.cpp: one ``llama_context`` with a
+sequence id per session; MLX: one batched cache). Each session runs on its own thread and its
+``prefill`` / ``next`` calls are synchronous, so the scheduler's unit is a **share**: what one
+sequence wants decoded next (the tokens to feed at positions ``start..``, how many of the last
+ones want outputs, and a callback that reads those outputs). The submitting thread blocks in
+:meth:`StepScheduler.submit`; one thread at a time runs **steps**: it gathers the queued shares
+into one batch, calls the backend's ``decode`` once for all of them, then runs the callback of
+every share whose last piece was in the batch (before the next decode overwrites the outputs)
+and wakes the submitters.
+
+**Who runs the steps: a leader, not an engine thread.** The first submitter that finds no step
+runner becomes the leader and runs steps until its own share is done, then hands the role to a
+waiting submitter (if shares are still queued). A lone stream therefore decodes on its own
+thread with no thread hop and no gather wait (the ``parallel=1`` cost), nothing has to be
+started or joined when a context closes, and a failure in ``decode`` surfaces on a caller's
+thread. The callbacks run on the leader's thread while every submitter of the batch is blocked,
+so a share's state (its sampler, its logits hook) is only ever touched by one thread at a time.
+
+**Gathering (the fragmentation trap).** After a step every finished sequence's thread wakes,
+does its per-token Python work (detokenize, stop strings, hand the token to a client) and
+resubmits. A scheduler that decoded whatever was queued the moment it had one share would
+alternate batches of 1 and N-1. So the leader waits until every sequence whose share finished
+in the previous step (the *expected* ones) has resubmitted, or until :data:`GATHER_WINDOW_S`
+has passed since it started gathering, whichever is first. A sequence that does not resubmit
+within the window (a slow client, a stream that ended on a stop string) is not expected again
+until it is decoded again, so it costs one window once. :meth:`StepScheduler.idle` says a
+sequence will not resubmit soon (its stream ended, it was reset or closed): nobody waits for it.
+
+**Budget and order.** A step carries at most ``max_tokens`` tokens (the runtime's batch size).
+Decode shares (every token wants an output: the one pending token, a draft verification) go
+first, in arrival order; prefills fill the rest of the budget in arrival order, a long one cut
+into pieces across steps (only its last piece carries outputs), so a long prompt interleaves
+with the running decodes instead of stalling them, as llama-server does. Within each group a
+share that got nothing in a step goes first in the next one. A prefill waits only while the
+decodes alone fill the budget; a backend that keeps ``parallel * longest decode share`` below
+``max_tokens`` (llama.cpp caps its draft length so) leaves room in every step, and the oldest
+prefill gets it: no share starves.
+
+**Failures and cancels.** A share whose callback raises fails alone: its submitter gets the
+exception, the other shares of the step are untouched. When ``decode`` raises, every share in
+that batch gets the exception (the runtime did not run the batch). A share whose ``cancelled``
+probe turns true is dropped at the next step boundary (it never reaches another decode, even
+when some of its pieces already did); its submitter gets :class:`~eliza_backends.errors.
+CancelledError`. The backend undoes what the dropped share's pieces wrote (it knows
+``start``).
+
+**Native calls outside steps.** Everything else a backend does to the shared runtime context
+(dropping a sequence's positions, copying a prefix, saving its state) must not run while a step
+decodes: :meth:`StepScheduler.exclusive` holds the lock the steps hold (re-entrant, so a callback
+may use it too).
+
+Stable API (the llama.cpp and MLX plugins build on it; keep it):
+
+* ``StepScheduler(decode, max_tokens, *, gather_window=GATHER_WINDOW_S)``: ``decode(pieces)``
+  runs one forward pass over a batch of :class:`Piece` (in order; rows are numbered across
+  them: see :attr:`Piece.row`) and returns when its outputs can be read.
+* ``submit(seq, tokens, start, n_outputs, on_done, cancelled=None) -> R``: blocks until the
+  share's last piece was decoded and ``on_done(last_piece)`` ran; returns what it returned.
+* ``idle(seq)``, ``exclusive()``, ``close()``, ``closed``, ``queued``, ``stats()``,
+  ``records`` (the recent :class:`StepRecord`).
+
+Threads: every method is safe from any thread. Only ``decode`` and the callbacks run native
+code, one step at a time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
+
+from ..errors import CancelledError, InvalidArgumentError, SessionClosedError
+
+R = TypeVar("R")
+
+#: How long the leader waits, at most, for the sequences decoded in the previous step to
+#: resubmit before it decodes without them (seconds). Measured on SmolLM2-135M Q4_1, 8 greedy
+#: streams through ``Session.next`` on a loaded 2-core machine (benchmarks/bench_batching.py
+#: prints the distribution): the median resubmit lag is ~0.3 ms and the 99th percentile a few
+#: ms, against a ~60 ms batched step; a straggler missing the window costs a batch of its own
+#: (~15 ms), so waiting up to 10 ms is cheaper than fragmenting.
+GATHER_WINDOW_S = 0.010
+#: How many recent steps :attr:`StepScheduler.records` keeps.
+RECORDS_KEPT = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """One sequence's part of one step's batch.
+
+    ``tokens`` go at positions ``start..start+len-1`` of sequence ``seq``; the last
+    ``n_outputs`` of them want outputs (logits) (0 for a piece that is not the share's last).
+    ``row``: the index of ``tokens[0]`` in the step's flattened batch (the pieces before it
+    hold ``row`` tokens), so token ``j`` is batch row ``row + j``. ``index``: the piece's
+    place in the batch. ``final``: the share's last piece (its callback runs after this
+    decode)."""
+
+    seq: Hashable
+    tokens: Sequence[int]
+    start: int
+    n_outputs: int
+    row: int
+    index: int
+    final: bool
+
+    @property
+    def last_row(self) -> int:
+        """The batch row of the piece's last token."""
+        return self.row + len(self.tokens) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """One step: how many sequences and tokens it decoded, how many of the sequences were
+    decodes (every token with an output) and how many prefill tokens it carried, how long the
+    leader gathered before it (seconds) and whether the window ran out (``waited_out``) with an
+    expected sequence missing, and the decode's own time (seconds)."""
+
+    sequences: int
+    tokens: int
+    decodes: int
+    prefill_tokens: int
+    gather_s: float
+    waited_out: bool
+    decode_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStats:
+    """Totals since the scheduler was made: ``steps``, ``tokens`` decoded, ``shares`` finished,
+    ``failed`` / ``cancelled`` shares, ``waited_out`` steps, and ``batch_sizes`` (sequences per
+    step -> steps). ``resubmit_lags``: recent delays (seconds) between a sequence's share
+    finishing and the same sequence submitting again (what :data:`GATHER_WINDOW_S` must
+    cover)."""
+
+    steps: int
+    tokens: int
+    shares: int
+    failed: int
+    cancelled: int
+    waited_out: int
+    batch_sizes: dict[int, int]
+    resubmit_lags: tuple[float, ...]
+
+    @property
+    def mean_batch(self) -> float:
+        """Sequences per step, on average (0.0 before the first step)."""
+        n = sum(self.batch_sizes.values())
+        return sum(k * v for k, v in self.batch_sizes.items()) / n if n else 0.0
+
+
+@dataclass(slots=True, eq=False)
+class _Share:
+    seq: Hashable
+    tokens: list[int]
+    start: int
+    n_outputs: int
+    on_done: Callable[[Piece], Any]
+    cancelled: Callable[[], bool] | None
+    fed: int = 0
+    starved: bool = False
+    done: bool = False
+    result: Any = None
+    error: BaseException | None = None
+    decode: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.decode = self.n_outputs == len(self.tokens)
+
+
+class StepScheduler:
+    """Runs the steps of the sequences that share one runtime context (see the module
+    docstring). ``decode(pieces)``: the backend's batched forward pass; ``max_tokens``: the
+    most tokens one step may carry (the runtime's batch size); ``gather_window``: seconds the
+    leader waits for the expected sequences (default :data:`GATHER_WINDOW_S`)."""
+
+    def __init__(self, decode: Callable[[Sequence[Piece]], None], max_tokens: int, *,
+                 gather_window: float = GATHER_WINDOW_S) -> None:
+        if max_tokens < 1:
+            raise InvalidArgumentError(f"max_tokens must be >= 1, got {max_tokens}")
+        self._decode = decode
+        self.max_tokens = max_tokens
+        self.gather_window = gather_window
+        self._cond = threading.Condition(threading.Lock())
+        self._native = threading.RLock()  # held by a step's decode + callbacks, and exclusive()
+        self._queue: list[_Share] = []  # arrival order
+        self._queued: dict[Hashable, _Share] = {}
+        self._expected: set[Hashable] = set()
+        self._finished_at: dict[Hashable, float] = {}
+        self._leader: int | None = None
+        self._closed = False
+        self.records: deque[StepRecord] = deque(maxlen=RECORDS_KEPT)
+        self._lags: deque[float] = deque(maxlen=RECORDS_KEPT)
+        self._sizes: Counter[int] = Counter()
+        self._totals = Counter[str]()
+
+    # ------------------------------------------------------------------ public
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran."""
+        return self._closed
+
+    @property
+    def queued(self) -> int:
+        """Shares waiting for (or in) a step now."""
+        return len(self._queue)
+
+    def submit(self, seq: Hashable, tokens: Sequence[int], start: int, n_outputs: int,
+               on_done: Callable[[Piece], R], cancelled: Callable[[], bool] | None = None) -> R:
+        """Decode ``tokens`` at positions ``start..`` of sequence ``seq`` in the coming steps
+        (pieces of at most the budget; the last ``n_outputs`` tokens in the last piece), then
+        run ``on_done(last_piece)`` while its outputs are readable and return its result.
+
+        Blocks the calling thread (which may run steps for everyone meanwhile). Raises what
+        ``on_done`` or the batch's ``decode`` raised, :class:`CancelledError` when
+        ``cancelled()`` turned true before the last piece was decoded, and
+        :class:`SessionClosedError` once the scheduler is closed. One share per sequence at a
+        time."""
+        n = len(tokens)
+        if n < 1 or not 0 <= n_outputs <= n or n_outputs > self.max_tokens:
+            raise InvalidArgumentError(
+                f"a share needs >= 1 token and 0..min({n}, {self.max_tokens}) outputs, got "
+                f"{n} tokens and {n_outputs} outputs")
+        share = _Share(seq, list(tokens), start, n_outputs, on_done, cancelled)
+        with self._cond:
+            if self._closed:
+                raise SessionClosedError("the batched runtime context is closed; open a new "
+                                         "InferenceContext")
+            if seq in self._queued:
+                raise InvalidArgumentError(f"sequence {seq!r} already has a share queued")
+            now = time.perf_counter()
+            finished = self._finished_at.pop(seq, None)
+            if finished is not None:
+                self._lags.append(now - finished)
+            self._queue.append(share)
+            self._queued[seq] = share
+            self._cond.notify_all()
+            while not share.done:
+                if self._leader is None:
+                    self._leader = threading.get_ident()
+                    try:
+                        self._lead(share)
+                    finally:
+                        self._leader = None
+                        self._cond.notify_all()
+                else:
+                    self._cond.wait()
+        if share.error is not None:
+            raise share.error
+        return cast(R, share.result)
+
+    def idle(self, seq: Hashable) -> None:
+        """``seq`` will not submit again soon (its stream ended, it was rewound or closed):
+        the next step does not wait for it."""
+        with self._cond:
+            self._expected.discard(seq)
+            self._finished_at.pop(seq, None)
+            self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold the runtime context between steps (no decode runs meanwhile): for the native
+        calls a backend makes outside a step. Re-entrant (a callback may use it). Raises
+        :class:`SessionClosedError` once the scheduler is closed."""
+        with self._native:
+            if self._closed:
+                raise SessionClosedError("the batched runtime context is closed")
+            yield
+
+    def close(self) -> None:
+        """Refuse new shares, fail the queued ones with :class:`SessionClosedError` and wait
+        for the step in flight (if any) to finish; the backend may free its runtime context
+        afterwards. Idempotent."""
+        with self._cond:
+            self._closed = True
+            if self._leader is None:
+                self._fail_queued()
+            self._cond.notify_all()
+        with self._native:  # the step in flight ends before this returns
+            pass
+
+    def stats(self) -> BatchStats:
+        """A snapshot of the totals (see :class:`BatchStats`)."""
+        with self._cond:
+            t = self._totals
+            return BatchStats(steps=t["steps"], tokens=t["tokens"], shares=t["shares"],
+                              failed=t["failed"], cancelled=t["cancelled"],
+                              waited_out=t["waited_out"], batch_sizes=dict(self._sizes),
+                              resubmit_lags=tuple(self._lags))
+
+    # ------------------------------------------------------------------ the leader
+
+    def _lead(self, own: _Share) -> None:
+        """Run steps until ``own`` is done (called with the lock held; releases it while a
+        step decodes)."""
+        while not own.done:
+            if self._closed:
+                self._fail_queued()
+                return
+            self._drop_cancelled()
+            if own.done:
+                return
+            gather_s, waited_out = self._gather(own)
+            if own.done or self._closed:
+                continue
+            plan = self._plan()
+            self._cond.release()
+            try:
+                decode_s = self._run(plan)
+            finally:
+                self._cond.acquire()
+            self._finish(plan, gather_s, waited_out, decode_s)
+
+    def _gather(self, own: _Share) -> tuple[float, bool]:
+        """Wait until every expected sequence has a share queued, or the window passed.
+        Returns (seconds waited, whether the window ran out with one missing)."""
+        t0 = time.perf_counter()
+        deadline = t0 + self.gather_window
+        while True:
+            missing = any(s not in self._queued for s in self._expected)
+            if not missing:
+                return time.perf_counter() - t0, False
+            now = time.perf_counter()
+            if now >= deadline:
+                self._expected.clear()  # not expected again until decoded again
+                return now - t0, True
+            self._cond.wait(deadline - now)
+            self._drop_cancelled()
+            if own.done or self._closed:
+                return time.perf_counter() - t0, False
+
+    def _plan(self) -> list[tuple[_Share, Piece]]:
+        """This step's pieces within the token budget: decodes, then prefills, each group in
+        arrival order except that a share that got nothing in the last step goes first."""
+        order = sorted(self._queue, key=lambda s: (not s.decode, not s.starved))
+        budget, row = self.max_tokens, 0
+        plan: list[tuple[_Share, Piece]] = []
+        for share in order:
+            rest = len(share.tokens) - share.fed
+            final = rest <= budget
+            n = rest if final else min(budget, rest - share.n_outputs)
+            if n <= 0:
+                share.starved = True
+                continue
+            share.starved = False
+            piece = Piece(share.seq, share.tokens[share.fed:share.fed + n],
+                          share.start + share.fed, share.n_outputs if final else 0, row,
+                          len(plan), final)
+            plan.append((share, piece))
+            row += n
+            budget -= n
+        return plan
+
+    def _run(self, plan: list[tuple[_Share, Piece]]) -> float:
+        """Decode the batch, then run the callbacks of the shares it finished (lock released;
+        the native lock held). Returns the decode's time in seconds."""
+        with self._native:
+            if self._closed:  # closed between planning and now: the context may be freed
+                err = SessionClosedError("the batched runtime context was closed")
+                for share, _piece in plan:
+                    share.error = err
+                return 0.0
+            t0 = time.perf_counter()
+            try:
+                self._decode([piece for _, piece in plan])
+            except BaseException as exc:
+                for share, _piece in plan:
+                    share.error = exc
+                return time.perf_counter() - t0
+            decode_s = time.perf_counter() - t0
+            for share, piece in plan:
+                share.fed += len(piece.tokens)
+                if piece.final:
+                    try:
+                        share.result = share.on_done(piece)
+                    except BaseException as exc:
+                        share.error = exc
+            return decode_s
+
+    def _finish(self, plan: list[tuple[_Share, Piece]], gather_s: float, waited_out: bool,
+                decode_s: float) -> None:
+        """Mark the step's finished shares done, record the step, wake the submitters."""
+        now = time.perf_counter()
+        expected: set[Hashable] = set()
+        for share, piece in plan:
+            if share.error is not None or piece.final:
+                self._retire(share)
+                if share.error is not None:
+                    self._totals["failed"] += 1
+                else:
+                    self._totals["shares"] += 1
+                    expected.add(share.seq)
+                    self._finished_at[share.seq] = now
+        self._expected = expected
+        tokens = sum(len(p.tokens) for _, p in plan)
+        record = StepRecord(
+            sequences=len(plan), tokens=tokens, decodes=sum(s.decode for s, _ in plan),
+            prefill_tokens=sum(len(p.tokens) for s, p in plan if not s.decode),
+            gather_s=gather_s, waited_out=waited_out, decode_s=decode_s)
+        self.records.append(record)
+        self._sizes[len(plan)] += 1
+        self._totals.update(steps=1, tokens=tokens, waited_out=int(waited_out))
+        self._cond.notify_all()
+
+    def _retire(self, share: _Share) -> None:
+        share.done = True
+        self._queue.remove(share)
+        if self._queued.get(share.seq) is share:
+            del self._queued[share.seq]
+
+    def _drop_cancelled(self) -> None:
+        for share in [s for s in self._queue if s.cancelled is not None and s.cancelled()]:
+            share.error = CancelledError(f"sequence {share.seq!r} was cancelled before its "
+                                         "share was decoded")
+            self._retire(share)
+            self._expected.discard(share.seq)
+            self._totals["cancelled"] += 1
+            self._cond.notify_all()
+
+    def _fail_queued(self) -> None:
+        err = SessionClosedError("the batched runtime context was closed; open a new "
+                                 "InferenceContext")
+        for share in list(self._queue):
+            share.error = err
+            self._retire(share)
+        self._cond.notify_all()
+
+
+__all__ = ["GATHER_WINDOW_S", "BatchStats", "Piece", "StepRecord", "StepScheduler"]
