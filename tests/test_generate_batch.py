@@ -88,7 +88,9 @@ def test_more_prompts_than_lanes_reuse_the_lanes_and_share_a_context() -> None:
 
 
 def _llama_batches() -> bool:
-    with open_stream(TINY_BUNDLE, CONFIG, backend="llama.cpp") as stream:
+    """Whether llama.cpp batches sessions that share a parallel context."""
+    with InferenceContext(TINY_BUNDLE, parallel=2) as context, \
+            open_stream(context, CONFIG, backend="llama.cpp") as stream:
         return stream.session.capabilities.batched
 
 

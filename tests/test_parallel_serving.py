@@ -19,7 +19,7 @@ import pytest
 from conftest import TINY_BUNDLE
 from server_process import ServerProcess
 
-from eliza_backends import chat_completion, completion, open_stream
+from eliza_backends import InferenceContext, chat_completion, completion, open_stream
 from eliza_backends.batch import DEFAULT_PARALLEL
 from eliza_backends.cli import main
 
@@ -30,7 +30,9 @@ LOCAL: dict[str, Any] = {"threads": 1}
 
 
 def _llama_batches() -> bool:
-    with open_stream(TINY_BUNDLE, LOCAL, backend="llama.cpp") as stream:
+    """Whether llama.cpp batches sessions that share a parallel context."""
+    with InferenceContext(TINY_BUNDLE, parallel=2) as context, \
+            open_stream(context, LOCAL, backend="llama.cpp") as stream:
         return stream.session.capabilities.batched
 
 

@@ -1,4 +1,4 @@
-"""Many prompts at once over one model load: :func:`generate_batch` and the :class:`Lanes` it
+"""Many prompts at once over one model load: :func:`generate_batch` and the :class:`BatchLanes` it
 runs on.
 
     from eliza_backends import generate_batch
@@ -17,13 +17,13 @@ batch; on any other backend (LiteRT, MLX today) they are N independent sessions,
 says so (``stats.batched`` is False, and an explicit ``parallel`` > 1 logs a warning on
 ``eliza_backends.batch``). Either way each reply equals the same prompt generated alone.
 
-* **Lanes.** :class:`Lanes` runs work on ``parallel`` worker threads ("lanes"), each with at
-  most one open stream on the shared context (reopened on the same context, without a reload,
+* **Lanes.** :class:`BatchLanes` runs work on ``parallel`` worker threads ("lanes"), each with
+  at most one open stream on the shared context (reopened on the same context, without a reload,
   when an item needs other session settings; rewound with prefix reuse between items, so a
   shared system prompt is prefilled once per lane). Items are taken in input order by
   whichever lane is free; results come back in input order. The Ray Data actor
   (:mod:`eliza_backends.ray.batch`) runs its rows on the same lanes.
-* **Threads.** Lanes that share one batched runtime context share all of its compute threads:
+* **Threads.** BatchLanes that share one batched runtime context share all of its compute threads:
   every core, or ``config.threads``. Independent sessions split the cores (``cores //
   parallel`` each) unless ``config.threads`` says otherwise, as the server's ``--sessions``
   does.
@@ -40,7 +40,7 @@ says so (``stats.batched`` is False, and an explicit ``parallel`` > 1 logs a war
   :class:`ElizaError` is a bug: the other prompts finish, then it is raised.
 
 Threads: :func:`generate_batch` blocks its caller; the lanes are its own threads, closed when
-it returns. A :class:`Lanes` is used by one caller thread at a time.
+it returns. A :class:`BatchLanes` is used by one caller thread at a time.
 """
 
 from __future__ import annotations
@@ -105,11 +105,11 @@ def batches(stream: Stream) -> bool:
     return stream.session.capabilities.batched and stream.context.parallel > 1
 
 
-class Lane:
+class BatchLane:
     """One worker thread's hold on the shared context: at most one open stream, opened (or
     reopened with other settings) by :meth:`stream` on the lane's own thread."""
 
-    def __init__(self, lanes: Lanes, index: int) -> None:
+    def __init__(self, lanes: BatchLanes, index: int) -> None:
         self.lanes = lanes
         self.index = index
         self._stream: Stream | None = None
@@ -135,7 +135,7 @@ class Lane:
             stream.close()
 
 
-class Lanes:
+class BatchLanes:
     """``parallel`` lanes over one :class:`InferenceContext`: run work on every free lane,
     results in input order (see the module doc).
 
@@ -159,7 +159,7 @@ class Lanes:
         self.key: Callable[[StreamConfig], object] = key or (lambda c: c)
         base = config or StreamConfig()
         wanted = parallel or context.parallel
-        first = Lane(self, 0)
+        first = BatchLane(self, 0)
         self.config = session_threads(base, wanted, shared=True, cores=cores)
         stream = first.stream()
         #: True when the lanes' sessions share one batched runtime context.
@@ -176,14 +176,14 @@ class Lanes:
                             "the cores split %d ways (%d threads each)", self.backend, count,
                             count, count, self.config.threads or 0)
         #: The lanes (at least one).
-        self.lanes = [first, *(Lane(self, i) for i in range(1, count))]
+        self.lanes = [first, *(BatchLane(self, i) for i in range(1, count))]
 
     @property
     def parallel(self) -> int:
         """How many lanes run at once."""
         return len(self.lanes)
 
-    def map(self, items: Sequence[T], work: Callable[[Lane, T], R]) -> list[R]:
+    def map(self, items: Sequence[T], work: Callable[[BatchLane, T], R]) -> list[R]:
         """``work(lane, item)`` for every item, on the lanes' threads (each lane takes the next
         item in input order when it is free); the results in input order. ``work`` handles
         its own failures; an exception that escapes it stops that lane, the others finish
@@ -193,7 +193,7 @@ class Lanes:
         lock = threading.Lock()
         escaped: list[BaseException] = []
 
-        def run(lane: Lane) -> None:
+        def run(lane: BatchLane) -> None:
             while True:
                 with lock:
                     index = next(pending, None)
@@ -221,7 +221,7 @@ class Lanes:
         for lane in self.lanes:
             lane.drop()
 
-    def __enter__(self) -> Lanes:
+    def __enter__(self) -> BatchLanes:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -306,7 +306,7 @@ def _prompt_ids(stream: Stream, prompt: BatchPrompt) -> list[int]:
     return items  # type: ignore[return-value]  # token ids: checked by prefill
 
 
-def run_prompt(lane: Lane, index: int, prompt: BatchPrompt) -> BatchResult:
+def run_prompt(lane: BatchLane, index: int, prompt: BatchPrompt) -> BatchResult:
     """Generate one prompt on ``lane`` (from a fresh turn, reusing the KV prefix the lane's
     session shares with it); an :class:`ElizaError` is carried in the result."""
     result = BatchResult(index)
@@ -368,7 +368,7 @@ def generate_batch(bundle: str | os.PathLike[str] | InferenceContext,
                                                         max(1, len(prompts))))
     t0 = time.perf_counter()
     try:
-        with Lanes(context, cfg, parallel=parallel and min(parallel, len(prompts)),
+        with BatchLanes(context, cfg, parallel=parallel and min(parallel, len(prompts)),
                    backend=backend) as lanes:
             results = lanes.map(list(enumerate(prompts)),
                                 lambda lane, item: run_prompt(lane, *item))
@@ -384,6 +384,6 @@ def generate_batch(bundle: str | os.PathLike[str] | InferenceContext,
     return BatchResponse(results, stats)
 
 
-__all__ = ["DEFAULT_PARALLEL", "BatchPrompt", "BatchResponse", "BatchResult", "BatchStats",
-           "Lane", "Lanes", "batches", "cpu_count", "generate_batch", "run_prompt",
+__all__ = ["DEFAULT_PARALLEL", "BatchLane", "BatchLanes", "BatchPrompt", "BatchResponse",
+           "BatchResult", "BatchStats", "batches", "cpu_count", "generate_batch", "run_prompt",
            "session_threads"]

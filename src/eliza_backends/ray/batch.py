@@ -11,7 +11,7 @@
 
 Each Ray Data actor constructs one :class:`BatchGenerator`: one :class:`InferenceContext`
 opened with ``parallel=N``, the model loaded once, and the N lanes of
-:func:`~eliza_backends.generate_batch` (:class:`~eliza_backends.batch.Lanes`) on it. A batch's
+:func:`~eliza_backends.generate_batch` (:class:`~eliza_backends.batch.BatchLanes`) on it. A batch's
 rows run N at a time, one lane each: on a batching backend (llama.cpp) the N sequences share
 one runtime context and are decoded together, one batch per step, so a batch of rows is one
 batched generation; on another backend (``parallel`` defaults to 1 there) the lanes are
@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..backend.context import InferenceContext
-from ..batch import DEFAULT_PARALLEL, Lane, Lanes
+from ..batch import DEFAULT_PARALLEL, BatchLane, BatchLanes
 from ..config import StreamConfig
 from ..errors import ElizaError, InvalidArgumentError
 from ..openai.completions import (
@@ -153,7 +153,7 @@ class BatchGenerator:
         self.worker = f"{socket.gethostname()}/{os.getpid()}"
         self.context = InferenceContext(bundle, parallel=parallel or DEFAULT_PARALLEL)
         try:
-            self.lanes = Lanes(self.context, serving_config(config), parallel=parallel,
+            self.lanes = BatchLanes(self.context, serving_config(config), parallel=parallel,
                                backend=backend, key=session_key, cores=reserved_cores())
         except BaseException:
             self.context.close()
@@ -162,7 +162,7 @@ class BatchGenerator:
         self.base = self.lanes.config
         self.backend = self.lanes.backend
 
-    def complete(self, row: Mapping[str, Any], lane: Lane | None = None
+    def complete(self, row: Mapping[str, Any], lane: BatchLane | None = None
                  ) -> ChatCompletion | Completion:
         """The OpenAI response for one row (see the module doc for the columns it reads), on
         ``lane`` (default: the first; call it from one thread per lane). Raises
@@ -192,7 +192,7 @@ class BatchGenerator:
             lane.drop()  # the next row on this lane opens a new session
             raise
 
-    def result(self, row: Mapping[str, Any], lane: Lane | None = None) -> dict[str, Any]:
+    def result(self, row: Mapping[str, Any], lane: BatchLane | None = None) -> dict[str, Any]:
         """The result columns (:data:`RESULT_COLUMNS`) for one row (on ``lane``, as
         :meth:`complete`); a failure is reported in ``error`` / ``error_code``, never
         raised."""
