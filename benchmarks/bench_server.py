@@ -49,6 +49,7 @@ import argparse
 import importlib.util
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -376,6 +377,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     clients = [int(c) for c in args.clients.split(",")]
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the servers on a kill too
 
     with tempfile.TemporaryDirectory() as tmp:
         bundle = args.bundle or default_bundle(Path(tmp))

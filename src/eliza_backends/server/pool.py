@@ -253,11 +253,12 @@ class SessionPool:
         if self.batched:
             return (f"continuous batching: {n} sequences share one {self.backend} context "
                     f"({threads} threads)")
+        if n == 1:
+            return f"1 session ({threads} threads)" + (
+                f"; {self.backend} does not batch, --parallel N runs N independent sessions"
+                if self._parallel == "auto" else "")
         if self._parallel is None:
-            return f"{n} independent session{'s' if n != 1 else ''} ({threads} threads each)"
-        if self._parallel == "auto":
-            return (f"{self.backend} does not batch: 1 session ({threads} threads); "
-                    "--parallel N runs N independent sessions")
+            return f"{n} independent sessions ({threads} threads each)"
         return (f"{self.backend} does not batch: parallel {n} runs {n} independent sessions, "
                 f"the cores split {n} ways ({threads} threads each)")
 
