@@ -48,7 +48,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
@@ -390,7 +390,8 @@ class SessionPool:
 
 class Lease:
     """One request's hold on a slot. Use it from the event loop: :meth:`call` runs work on the
-    slot's thread, :meth:`cancel` stops it, :meth:`release` (idempotent) gives the slot back."""
+    slot's thread, :meth:`run_steps` runs a generation's steps there back to back,
+    :meth:`cancel` stops it, :meth:`release` (idempotent) gives the slot back."""
 
     def __init__(self, pool: SessionPool, slot: Slot, config: StreamConfig) -> None:
         self.pool = pool
@@ -433,6 +434,52 @@ class Lease:
         except asyncio.CancelledError:
             self.cancel("the request was cancelled")
             raise
+
+    async def run_steps(self, work: Callable[[Stream], T], last: Callable[[T], bool]
+                        ) -> AsyncIterator[T]:
+        """Run ``work(stream)`` again and again on the slot's thread until ``last(result)``
+        says it was the last, yielding each result. The slot's thread does not wait for the
+        consumer between steps (a stream asks its batch for the next token at once, so a
+        batched context gathers every sequence into each step, however busy the event loop
+        is); the results queue up until read. A failure ends it (raised here); so does a
+        cancel. Leaving early (or cancelling the awaiting task) cancels the lease."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[T | None, BaseException | None, bool]] = asyncio.Queue()
+        slot = self.slot
+
+        def post(item: tuple[T | None, BaseException | None, bool]) -> None:
+            with contextlib.suppress(RuntimeError):  # no event loop: the server stopped
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        def job() -> None:
+            while True:
+                try:
+                    if self.cancel_reason is not None:
+                        raise CancelledError(f"cancelled: {self.cancel_reason}")
+                    assert slot.stream is not None
+                    result = work(slot.stream)
+                    self.steps += 1
+                    done = last(result)
+                except BaseException as exc:
+                    if not isinstance(exc, InvalidArgumentError | CancelledError):
+                        self._failed = True
+                    post((None, exc, True))
+                    return
+                post((result, None, done))
+                if done:
+                    return
+
+        slot.executor.submit(job)
+        finished = False
+        try:
+            while not finished:
+                result, error, finished = await queue.get()
+                if error is not None:
+                    raise error
+                yield result  # type: ignore[misc]  # a result, when there is no error
+        finally:
+            if not finished:
+                self.cancel("the response ended before its generation")
 
     @property
     def released(self) -> bool:
