@@ -158,12 +158,11 @@ class BatchLanes:
         self.backend_request = backend
         self.key: Callable[[StreamConfig], object] = key or (lambda c: c)
         base = config or StreamConfig()
-        wanted = parallel or context.parallel
         first = BatchLane(self, 0)
-        self.config = session_threads(base, wanted, shared=True, cores=cores)
+        self.config = session_threads(base, 1, shared=True, cores=cores)
         stream = first.stream()
         #: True when the lanes' sessions share one batched runtime context.
-        self.batched = stream.session.capabilities.batched and context.parallel > 1
+        self.batched = batches(stream)
         self.backend = stream.backend
         if self.batched:
             count = min(parallel or DEFAULT_PARALLEL, context.parallel)
