@@ -63,7 +63,8 @@ def worker(gguf: str, batch: int, prompt_tokens: int, gen_tokens: int, threads: 
     """In a fresh process: the batch with gen_tokens and with 1 token; prints the walls."""
     from eliza_backends import InferenceContext, generate_batch
 
-    config = {"threads": threads, "context_size": prompt_tokens + gen_tokens + 16,
+    window = prompt_tokens + gen_tokens + 16
+    config = {"threads": threads, "context_size": window, "batch_size": min(512, window),
               "ignore_eos": True}
     # distinct prompts: token ids 100.. shifted per sequence (nothing shared between them)
     prompts = [[100 + (i * 7 + j) % 2000 for j in range(prompt_tokens)] for i in range(batch)]

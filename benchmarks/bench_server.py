@@ -99,6 +99,10 @@ main()
 """
 
 
+#: Send text completions instead of chat ones (``--completions``: a GGUF without a template).
+COMPLETIONS = False
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -206,16 +210,20 @@ def one_request(server: Server, question: str, max_tokens: int) -> Sample:
     import httpx
 
     body: dict[str, Any] = {
-        "model": server.model, "messages": [{"role": "user", "content": question}],
-        "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
+        "model": server.model, "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
         "stream_options": {"include_usage": True}}
+    if COMPLETIONS:
+        body["prompt"] = question
+    else:
+        body["messages"] = [{"role": "user", "content": question}]
     if server.name != "llama_cpp.server":
         body["ignore_eos"] = True  # every request generates max_tokens tokens
     t0 = time.perf_counter()
     first: float | None = None
     chunks = 0
     usage: int | None = None
-    with httpx.stream("POST", f"{server.url}/chat/completions", json=body,
+    route = "completions" if COMPLETIONS else "chat/completions"
+    with httpx.stream("POST", f"{server.url}/{route}", json=body,
                       timeout=600) as resp:
         resp.raise_for_status()
         for line in resp.iter_lines():
@@ -227,7 +235,7 @@ def one_request(server: Server, question: str, max_tokens: int) -> Sample:
             if event.get("usage"):
                 usage = event["usage"]["completion_tokens"]
             for choice in event.get("choices", []):
-                if choice.get("delta", {}).get("content"):
+                if choice.get("delta", {}).get("content") or choice.get("text"):
                     chunks += 1
                     if first is None:
                         first = time.perf_counter()
@@ -373,10 +381,15 @@ def main() -> int:
     parser.add_argument("--llama-server", help="the llama-server binary")
     parser.add_argument("--llamacpp-python", default=sys.executable,
                         help="an interpreter with llama-cpp-python[server] installed")
+    parser.add_argument("--completions", action="store_true",
+                        help="text completions of the questions (a model without a chat "
+                        "template, e.g. Gemma 3 270M's GGUF)")
     parser.add_argument("--out", type=Path, help="also write the JSON report here")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     clients = [int(c) for c in args.clients.split(",")]
+    global COMPLETIONS
+    COMPLETIONS = args.completions
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the servers on a kill too
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -393,7 +406,8 @@ def main() -> int:
             for server in servers:
                 server.stop()
     report = {
-        "gguf": gguf.name, "max_tokens": args.max_tokens, "repeat": args.repeat,
+        "gguf": gguf.name, "route": "completions" if COMPLETIONS else "chat/completions",
+        "max_tokens": args.max_tokens, "repeat": args.repeat,
         "threads": args.threads, "parallel": args.parallel, "clients": clients,
         "baseline": servers[0].name, "load_before": load_before, "load_after": load(),
         "date": time.strftime("%Y-%m-%d %H:%M"),
