@@ -32,10 +32,11 @@ TINY_BUNDLE = ROOT / "examples" / "bundles" / "tiny"
 #: on every backend: each BackendConformance class), selector, stream, chat, structured output
 #: and server tests on the tiny bundle
 QUICK = frozenset({
-    "test_bundle", "test_chat", "test_chat_tokens", "test_conformance_scripted",
-    "test_generate_batch", "test_kit_catches_broken_backends", "test_openai_api",
-    "test_openai_server", "test_parallel_serving", "test_selector", "test_stream_api",
-    "test_structured", "test_text_and_slots", "test_tokenizer", "test_typed_errors",
+    "test_bundle", "test_chat", "test_chat_tokens", "test_close_abort",
+    "test_conformance_scripted", "test_generate_batch", "test_kit_catches_broken_backends",
+    "test_openai_api", "test_openai_server", "test_parallel_serving", "test_selector",
+    "test_stream_api", "test_structured", "test_text_and_slots", "test_tokenizer",
+    "test_typed_errors",
 })
 #: markers that keep a test out of the quick tier (full tier only)
 FULL_ONLY = ("slow", "fuzz", "crash_oracle", "ray", "real")
@@ -43,6 +44,7 @@ FULL_ONLY = ("slow", "fuzz", "crash_oracle", "ray", "real")
 KINDS: dict[str, tuple[str, ...]] = {
     "test_gguf_fuzz": ("crash_oracle",),
     "test_tflite_fuzz": ("crash_oracle",),
+    "test_mlx_batched": ("slow",),
     "test_ray_data": ("ray",),
     "test_ray_serve": ("ray",),
     "test_openai_real": ("real",),

@@ -332,8 +332,8 @@ class Stream:
 
     def close(self) -> None:
         """Close the session, and the context when the stream created it. Idempotent and safe
-        from any thread: a call running in another thread is cancelled and waited for (it
-        raises :class:`CancelledError` or :class:`SessionClosedError`)."""
+        from any thread: a call running in another thread is stopped and waited for (it
+        raises :class:`SessionClosedError`)."""
         self._closed = True
         self.session.close()
         if self._owns_context:
@@ -408,10 +408,13 @@ def open_stream(
     owns = not isinstance(bundle, InferenceContext)
     context = InferenceContext(bundle) if not isinstance(bundle, InferenceContext) else bundle
     try:
-        factory = select(context.bundle_dir, backend=backend, environ=environ, registry=registry)
-        check_option_keys(cfg, registry or default_registry())
-        factory.parse_options(cfg)  # unknown options fail before any load
-        with context.opening():  # a concurrent context.close() waits for this open
+        # a concurrent context.close() waits for this open, the selection included (a closed
+        # context is SessionClosedError, not a selection error about its removed folder)
+        with context.opening():
+            factory = select(context.bundle_dir, backend=backend, environ=environ,
+                             registry=registry)
+            check_option_keys(cfg, registry or default_registry())
+            factory.parse_options(cfg)  # unknown options fail before any load
             session = factory.open(context, cfg)
             if not isinstance(session, Session):
                 raise PluginError(f"backend {factory.name} returned {session!r} from open(), "

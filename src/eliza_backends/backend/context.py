@@ -121,7 +121,8 @@ class InferenceContext:
     def close(self) -> None:
         """Close every session, then free loaded models (reverse load order). Idempotent and
         safe from any thread: it waits for sessions being opened (:meth:`opening`) and for the
-        calls running on its sessions (each ``Session.close`` waits for its call)."""
+        calls running on its sessions (each ``Session.close`` stops its call, which raises
+        :class:`SessionClosedError`, and waits for it)."""
         with self._close_lock:
             with self._lock:
                 if self._closed:

@@ -37,6 +37,12 @@ class SessionGuard:
         # holds None while cancel or interrupt is set: its __contains__ is the C-level probe
         # native abort callbacks poll
         self._stop: set[None] = set()
+        # makes each change of the cancel flag and the probe one step, so that a cancel() in
+        # another thread racing a rewind's clear_cancel() never leaves the probe set with the
+        # flags clear (a native decode would then abort with no cancel to report: a spurious
+        # runtime error). Re-entrant: a Python signal handler may call cancel() on the thread
+        # that holds it.
+        self._flags = threading.RLock()
         #: ``probe(None)``: the stop flag as a C-implemented callable (set membership), for
         #: native abort callbacks: no Python code runs inside it
         self.probe: Callable[[object], bool] = self._stop.__contains__
@@ -106,16 +112,19 @@ class SessionGuard:
 
     def cancel(self) -> None:
         """Ask the running (or next) call to stop; safe from any thread."""
-        self.cancelled.set()
-        self._stop.add(None)
+        with self._flags:
+            self.cancelled.set()
+            self._stop.add(None)
 
     def requested(self) -> bool:
         """True after cancel() or a Ctrl-C."""
         return self.cancelled.is_set() or self.interrupt.is_set()
 
     def raise_if_cancelled(self) -> None:
-        """Raise :class:`CancelledError` if cancelled or interrupted."""
+        """Raise :class:`CancelledError` if cancelled or interrupted; once close() started,
+        :class:`SessionClosedError` (the stop is the close's: a reset cannot undo it)."""
         if self.cancelled.is_set() or self.interrupt.is_set():
+            self.check_open()
             raise CancelledError(self.cancel_reason or (
                 f"{self.name}: cancelled by cancel(); call reset() or reset_keep() to "
                 "use the session again" if self.cancelled.is_set() else
@@ -135,9 +144,10 @@ class SessionGuard:
 
     def clear_cancel(self) -> None:
         """After a rewind: the session is usable again."""
-        self.cancelled.clear()
-        self.cancel_reason = None
-        self.sync_stop()
+        with self._flags:
+            self.cancelled.clear()
+            self.cancel_reason = None
+            self.sync_stop()
 
     def clear_interrupt(self) -> None:
         """After the interrupted call's state was repaired."""
@@ -152,9 +162,10 @@ class SessionGuard:
     def sync_stop(self) -> None:
         """After clearing a flag: the probe says stop only while cancel or interrupt is set
         (discard first, then re-add: a concurrent cancel() is never lost)."""
-        self._stop.discard(None)
-        if self.cancelled.is_set() or self.interrupt.is_set():
-            self._stop.add(None)
+        with self._flags:
+            self._stop.discard(None)
+            if self.cancelled.is_set() or self.interrupt.is_set():
+                self._stop.add(None)
 
     # ---------------------------------------------------------------- close
 

@@ -17,6 +17,7 @@ from ..errors import (
     CancelledError,
     ConstraintError,
     InvalidArgumentError,
+    SessionClosedError,
     SlotError,
     UnsupportedOperationError,
 )
@@ -44,11 +45,11 @@ class Repair:
         """A call failed (``exc``) or was interrupted after its last safe point (``exc`` is
         None): put the history back to its first ``n`` tokens and the KV cache back in step
         with it. Refusals (bad arguments, missing features) changed nothing; a cancel() is
-        sticky and repaired by the reset that must follow. If the repair fails too, the
-        session refuses calls until reset() / reset_keep()."""
+        sticky and repaired by the reset that must follow; a close() frees the session next.
+        If the repair fails too, the session refuses calls until reset() / reset_keep()."""
         limit = isinstance(exc, ConstraintError)  # raised mid-step: undo it, end the turn
-        if exc is not None and not limit and (isinstance(exc, (InvalidArgumentError,
-                                                               UnsupportedOperationError)) or (
+        if exc is not None and not limit and (isinstance(exc, (
+                InvalidArgumentError, UnsupportedOperationError, SessionClosedError)) or (
                 isinstance(exc, CancelledError) and not self.guard.interrupt.is_set())):
             return
         turn = self.turn

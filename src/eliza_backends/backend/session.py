@@ -453,8 +453,9 @@ class Session(SessionHooks):
     @final
     def close(self) -> None:
         """Free the session (and its drafter). Idempotent and safe from any thread: it cancels
-        the running call, waits for it to return (that call raises :class:`CancelledError` or
-        :class:`SessionClosedError`, never :class:`SessionBusyError`), then frees."""
+        the running call, waits for it to return (that call raises
+        :class:`SessionClosedError` at its next safe point, or inside a native call that polls
+        the cancel probe; never :class:`SessionBusyError`), then frees."""
         self.__guard.close(self.__free)
 
     def __free(self) -> None:
@@ -479,7 +480,7 @@ class Session(SessionHooks):
     @final
     def _raise_if_cancelled(self) -> None:
         """Raise :class:`CancelledError` if :meth:`cancel` was called, or a Ctrl-C arrived
-        (between chunks/tokens)."""
+        (between chunks/tokens); :class:`SessionClosedError` once :meth:`close` started."""
         if self.__cancel.is_set() or self.__interrupt.is_set():
             self.__guard.raise_if_cancelled()
 

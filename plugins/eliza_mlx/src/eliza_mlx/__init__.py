@@ -7,14 +7,19 @@ coremltools on macOS 15+.
 This module stays light: it never imports mlx, mlx-lm or coremltools. :meth:`MLXFactory.open`
 imports them: :mod:`eliza_mlx.model` loads MLX weights, :mod:`eliza_mlx.mlx_session` and
 :mod:`eliza_mlx.mlx_draft` translate the session and the draft model to mlx-lm (both import
-``model``, never each other), :mod:`eliza_mlx.coreml_session` serves Core ML.
+``model``, never each other), :mod:`eliza_mlx.coreml_session` serves Core ML. On an
+``InferenceContext(parallel > 1)``, :mod:`eliza_mlx.batched_session` sessions share one batched
+forward per step through :mod:`eliza_mlx.batch_engine` (``capabilities.batched``).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from eliza_backends import (
     Availability,
@@ -32,6 +37,11 @@ from eliza_backends.backend import Drafter, find_artifacts
 
 from .options import MLXOptions
 from .probe import coreml_status, mlx_status
+
+if TYPE_CHECKING:
+    from .model import LoadedMLX
+
+_log = logging.getLogger(__name__)
 
 __version__ = "0.1.0"
 
@@ -133,6 +143,9 @@ class MLXFactory(Factory):
 
                 path = self.artifact(bundle, name=options.artifact, formats=MLX_FORMATS)
                 loaded = shared_weights(context, path)
+                batched = _open_batched(context, config, loaded, path)
+                if batched is not None:
+                    return batched
                 drafter = self.make_drafter(context, config, loaded.info, greedy_only=True)
                 return MLXSession(loaded, config, context, drafter)
             if engine == "mlx" or not find_artifacts(bundle, COREML_FORMATS):
@@ -197,6 +210,29 @@ class CoreMLOnlyFactory(MLXFactory):
         return self._open(context, config, "coreml")
 
 
+def _open_batched(context: InferenceContext, config: StreamConfig, loaded: LoadedMLX,
+                  path: Path) -> Session | None:
+    """A row of the context's batch engine when ``context.parallel > 1`` and the session can
+    be batched; None for an ordinary session: ``parallel`` 1, a speculative drafter (verify
+    rounds are not batched), or a model whose caches have no batched form (logged; the session's
+    ``capabilities.batched`` then says False)."""
+    if context.parallel < 2 or config.drafter != "none":
+        return None
+    from .batch_engine import BatchEngine, unbatchable
+    from .batched_session import BatchedMLXSession
+    from .mlx_thread import MLX_THREAD
+
+    why = MLX_THREAD.run(lambda: unbatchable(loaded.model))
+    if why is not None:
+        _log.warning("%s: sessions are not batched (parallel=%d ignored): %s",
+                     path.name, context.parallel, why)
+        return None
+    engine = context.shared(("mlx-batch", str(path), context.parallel),
+                            lambda: BatchEngine(loaded, context.parallel, config.batch_size),
+                            BatchEngine.close)
+    return BatchedMLXSession(loaded, config, context, engine)
+
+
 def _import_mlx_modules() -> None:
     """Import the modules that use mlx on the MLX thread (:mod:`eliza_mlx.mlx_thread`): their
     import runs mlx calls (mlx-lm's, the compute stream's), and a thread that made mlx calls
@@ -208,7 +244,12 @@ def _import_mlx_modules() -> None:
 
 
 def _import_on_mlx_thread() -> None:
-    from . import mlx_draft, mlx_session  # noqa: F401  (imported for their mlx calls)
+    from . import (  # noqa: F401  (imported for their mlx calls)
+        batch_engine,
+        batched_session,
+        mlx_draft,
+        mlx_session,
+    )
 
 
 def host_summary() -> str:
