@@ -32,7 +32,7 @@ TINY_BUNDLE = ROOT / "examples" / "bundles" / "tiny"
 #: on every backend: each BackendConformance class), selector, stream, chat, structured output
 #: and server tests on the tiny bundle
 QUICK = frozenset({
-    "test_bundle", "test_chat", "test_chat_tokens", "test_close_abort",
+    "test_batching", "test_bundle", "test_chat", "test_chat_tokens", "test_close_abort",
     "test_conformance_scripted", "test_generate_batch", "test_kit_catches_broken_backends",
     "test_openai_api", "test_openai_server", "test_parallel_serving", "test_selector",
     "test_stream_api", "test_structured", "test_text_and_slots", "test_tokenizer",

@@ -91,10 +91,16 @@ def _threads(fns: list[Callable[[], Any]], timeout: float = 300.0
     return results, errors
 
 
-def _stream(ctx: InferenceContext, prompt: list[int], **overrides: Any) -> Callable[[], Any]:
+def _stream(ctx: InferenceContext, prompt: list[int], together: threading.Barrier | None = None,
+            **overrides: Any) -> Callable[[], Any]:
+    """A stream on its own thread; with ``together``, it starts decoding once every stream of
+    the barrier has prefilled (so they overlap however late their threads start)."""
     def run() -> list[int]:
         with _open(ctx, **overrides) as s:
-            return _generate(s, prompt)
+            s.prefill(prompt)
+            if together is not None:
+                together.wait(timeout=60)
+            return generated_tokens(run_to_end(s))
 
     return run
 
@@ -109,28 +115,33 @@ def test_concurrent_greedy_streams_equal_each_served_alone(name: str) -> None:
         with _open(ctx, max_tokens=n) as probe:
             assert probe.capabilities.batched
             sched = _scheduler(probe)
-        results, errors = _threads([_stream(ctx, p, max_tokens=n) for p in prompts])
+        together = threading.Barrier(len(prompts))
+        results, errors = _threads([_stream(ctx, p, together, max_tokens=n) for p in prompts])
         assert errors == [None] * len(prompts)
         assert results == alone
         stats = sched.stats()
     assert stats.shares >= len(prompts) * n and stats.failed == 0
-    together = sum(v for k, v in stats.batch_sizes.items() if k > 1)
-    assert together > stats.steps / 2, stats.batch_sizes  # batched: most steps carry >1 sequence
+    assert stats.mean_batch > 1.5, stats.batch_sizes  # decoded together
 
 
 def test_four_greedy_streams_mostly_share_steps() -> None:
-    """The fragmentation trap: with 4 streams decoding, most steps carry all 4."""
+    """The fragmentation trap: with 4 streams decoding, steps do not alternate batches of 1
+    and 3: the leader waits for every sequence of the last step to come back. The tiny model's
+    steps take ~0.3 ms, so on a loaded machine the OS can hold a thread back longer than the
+    10 ms window (it then rejoins a step later); the window is widened here to what such a
+    hold-up takes, so the check is about the gathering rule, not the machine's load
+    (benchmarks/bench_batching.py measures the default window on a real model)."""
     prompts = _prompts(TINY_BUNDLE)[:4]
     with InferenceContext(TINY_BUNDLE, parallel=4) as ctx:
         with _open(ctx) as probe:
             sched = _scheduler(probe)
-        _, errors = _threads([_stream(ctx, p, max_tokens=64) for p in prompts])
+        sched.gather_window = 0.5
+        together = threading.Barrier(4)
+        _, errors = _threads([_stream(ctx, p, together, max_tokens=64) for p in prompts])
         assert errors == [None] * 4
         records = list(sched.records)
-    decode_steps = [r for r in records if r.prefill_tokens == 0]
-    full = [r for r in decode_steps if r.sequences == 4]
-    assert len(full) > len(decode_steps) / 2, [r.sequences for r in records]
-    assert sum(r.sequences > 1 for r in records) > len(records) / 2
+    decode_steps = [r.sequences for r in records if r.prefill_tokens == 0]
+    assert sum(n == 4 for n in decode_steps) > 0.9 * len(decode_steps), decode_steps
 
 
 def test_long_prefill_rides_along_with_running_decodes() -> None:
@@ -180,9 +191,14 @@ def test_cancel_one_stream_ends_it_within_a_step_and_leaves_the_others() -> None
         victim = _open(ctx, max_tokens=n)
         sched = _scheduler(victim)
         at: dict[str, int] = {}
+        together = threading.Barrier(4)
+        decoding = threading.Event()
 
         def cancelled_stream() -> None:
             victim.prefill(prompts[1])
+            together.wait(timeout=60)
+            at["start"] = sched.stats().steps
+            decoding.set()
             try:
                 victim.next(n)  # one call: the cancel lands inside it
             except CancelledError:
@@ -190,12 +206,14 @@ def test_cancel_one_stream_ends_it_within_a_step_and_leaves_the_others() -> None
                 raise
 
         def canceller() -> None:
-            while sched.stats().steps < 30:
+            decoding.wait(timeout=60)
+            while sched.stats().steps < at["start"] + 20:
                 time.sleep(0.0005)
             at["cancel"] = sched.stats().steps
             victim.cancel()
 
-        others = [_stream(ctx, p, max_tokens=n) for i, p in enumerate(prompts) if i != 1]
+        others = [_stream(ctx, p, together, max_tokens=n)
+                  for i, p in enumerate(prompts) if i != 1]
         results, errors = _threads([cancelled_stream, canceller, *others])
         assert isinstance(errors[0], CancelledError)
         assert errors[1:] == [None] * 4
@@ -227,8 +245,11 @@ def test_a_failing_share_fails_alone() -> None:
 
         faulty._pick = pick  # type: ignore[attr-defined]
 
+        together = threading.Barrier(4)
+
         def failing() -> list[int]:
             faulty.prefill(prompts[0])
+            together.wait(timeout=60)
             got: list[int] = []
             while True:
                 try:
@@ -240,7 +261,7 @@ def test_a_failing_share_fails_alone() -> None:
                 if step.final:
                     return got
 
-        others = [_stream(ctx, p, max_tokens=n) for p in prompts[1:]]
+        others = [_stream(ctx, p, together, max_tokens=n) for p in prompts[1:]]
         results, errors = _threads([failing, *others])
         assert errors == [None] * 4
         assert -1 in results[0]

@@ -80,11 +80,12 @@ from ..errors import CancelledError, InvalidArgumentError, SessionClosedError
 R = TypeVar("R")
 
 #: How long the leader waits, at most, for the sequences decoded in the previous step to
-#: resubmit before it decodes without them (seconds). Measured on SmolLM2-135M Q4_1, 8 greedy
-#: streams through ``Session.next`` on a loaded 2-core machine (benchmarks/bench_batching.py
-#: prints the distribution): the median resubmit lag is ~0.3 ms and the 99th percentile a few
-#: ms, against a ~60 ms batched step; a straggler missing the window costs a batch of its own
-#: (~15 ms), so waiting up to 10 ms is cheaper than fragmenting.
+#: resubmit before it decodes without them (seconds). Measured with benchmarks/bench_batching.py
+#: (SmolLM2-135M Q4_1, 2-8 greedy streams through ``Session.next``, a 2-core machine at load
+#: 10-15): the resubmit lag between two decode shares of a stream was p50 0.15-3.7 ms, p90
+#: 0.3-6.3 ms, p99 4-36 ms, against steps of 15-130 ms; with 10 ms the window ran out in 1-3 of
+#: ~35-50 steps per run and the steps carried 7.3-7.7 of 8 sequences on average. A straggler
+#: that misses it costs a step of its own and is not waited for again until it is decoded again.
 GATHER_WINDOW_S = 0.010
 #: How many recent steps :attr:`StepScheduler.records` keeps.
 RECORDS_KEPT = 4096
@@ -135,9 +136,9 @@ class StepRecord:
 class BatchStats:
     """Totals since the scheduler was made: ``steps``, ``tokens`` decoded, ``shares`` finished,
     ``failed`` / ``cancelled`` shares, ``waited_out`` steps, and ``batch_sizes`` (sequences per
-    step -> steps). ``resubmit_lags``: recent delays (seconds) between a sequence's share
-    finishing and the same sequence submitting again (what :data:`GATHER_WINDOW_S` must
-    cover)."""
+    step -> steps). ``resubmit_lags``: recent delays (seconds) between a sequence's decode
+    share finishing and its next decode share arriving (the per-token work between two steps
+    of a stream: what :data:`GATHER_WINDOW_S` must cover)."""
 
     steps: int
     tokens: int
@@ -178,7 +179,8 @@ class StepScheduler:
     """Runs the steps of the sequences that share one runtime context (see the module
     docstring). ``decode(pieces)``: the backend's batched forward pass; ``max_tokens``: the
     most tokens one step may carry (the runtime's batch size); ``gather_window``: seconds the
-    leader waits for the expected sequences (default :data:`GATHER_WINDOW_S`)."""
+    leader waits for the expected sequences (default :data:`GATHER_WINDOW_S`; the attribute
+    may be changed at any time, the next gather reads it)."""
 
     def __init__(self, decode: Callable[[Sequence[Piece]], None], max_tokens: int, *,
                  gather_window: float = GATHER_WINDOW_S) -> None:
@@ -187,7 +189,12 @@ class StepScheduler:
         self._decode = decode
         self.max_tokens = max_tokens
         self.gather_window = gather_window
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        # the leader waits on arrivals (a share, an idle or a cancelled sequence); submitters
+        # wait on progress (a step ended, the leader left, the scheduler closed): so a
+        # resubmit wakes the leader only, not every blocked submitter
+        self._arrivals = threading.Condition(self._lock)
+        self._progress = threading.Condition(self._lock)
         self._native = threading.RLock()  # held by a step's decode + callbacks, and exclusive()
         self._queue: list[_Share] = []  # arrival order
         self._queued: dict[Hashable, _Share] = {}
@@ -229,7 +236,7 @@ class StepScheduler:
                 f"a share needs >= 1 token and 0..min({n}, {self.max_tokens}) outputs, got "
                 f"{n} tokens and {n_outputs} outputs")
         share = _Share(seq, list(tokens), start, n_outputs, on_done, cancelled)
-        with self._cond:
+        with self._lock:
             if self._closed:
                 raise SessionClosedError("the batched runtime context is closed; open a new "
                                          "InferenceContext")
@@ -237,11 +244,11 @@ class StepScheduler:
                 raise InvalidArgumentError(f"sequence {seq!r} already has a share queued")
             now = time.perf_counter()
             finished = self._finished_at.pop(seq, None)
-            if finished is not None:
+            if finished is not None and share.decode:
                 self._lags.append(now - finished)
             self._queue.append(share)
             self._queued[seq] = share
-            self._cond.notify_all()
+            self._arrivals.notify()
             while not share.done:
                 if self._leader is None:
                     self._leader = threading.get_ident()
@@ -249,9 +256,9 @@ class StepScheduler:
                         self._lead(share)
                     finally:
                         self._leader = None
-                        self._cond.notify_all()
+                        self._progress.notify_all()
                 else:
-                    self._cond.wait()
+                    self._progress.wait()
         if share.error is not None:
             raise share.error
         return cast(R, share.result)
@@ -259,10 +266,10 @@ class StepScheduler:
     def idle(self, seq: Hashable) -> None:
         """``seq`` will not submit again soon (its stream ended, it was rewound or closed):
         the next step does not wait for it."""
-        with self._cond:
+        with self._lock:
             self._expected.discard(seq)
             self._finished_at.pop(seq, None)
-            self._cond.notify_all()
+            self._arrivals.notify_all()
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
@@ -278,17 +285,18 @@ class StepScheduler:
         """Refuse new shares, fail the queued ones with :class:`SessionClosedError` and wait
         for the step in flight (if any) to finish; the backend may free its runtime context
         afterwards. Idempotent."""
-        with self._cond:
+        with self._lock:
             self._closed = True
             if self._leader is None:
                 self._fail_queued()
-            self._cond.notify_all()
+            self._arrivals.notify_all()
+            self._progress.notify_all()
         with self._native:  # the step in flight ends before this returns
             pass
 
     def stats(self) -> BatchStats:
         """A snapshot of the totals (see :class:`BatchStats`)."""
-        with self._cond:
+        with self._lock:
             t = self._totals
             return BatchStats(steps=t["steps"], tokens=t["tokens"], shares=t["shares"],
                               failed=t["failed"], cancelled=t["cancelled"],
@@ -311,11 +319,11 @@ class StepScheduler:
             if own.done or self._closed:
                 continue
             plan = self._plan()
-            self._cond.release()
+            self._lock.release()
             try:
                 decode_s = self._run(plan)
             finally:
-                self._cond.acquire()
+                self._lock.acquire()
             self._finish(plan, gather_s, waited_out, decode_s)
 
     def _gather(self, own: _Share) -> tuple[float, bool]:
@@ -331,7 +339,7 @@ class StepScheduler:
             if now >= deadline:
                 self._expected.clear()  # not expected again until decoded again
                 return now - t0, True
-            self._cond.wait(deadline - now)
+            self._arrivals.wait(deadline - now)
             self._drop_cancelled()
             if own.done or self._closed:
                 return time.perf_counter() - t0, False
@@ -397,7 +405,8 @@ class StepScheduler:
                 else:
                     self._totals["shares"] += 1
                     expected.add(share.seq)
-                    self._finished_at[share.seq] = now
+                    if share.decode:
+                        self._finished_at[share.seq] = now
         self._expected = expected
         tokens = sum(len(p.tokens) for _, p in plan)
         record = StepRecord(
@@ -407,7 +416,7 @@ class StepScheduler:
         self.records.append(record)
         self._sizes[len(plan)] += 1
         self._totals.update(steps=1, tokens=tokens, waited_out=int(waited_out))
-        self._cond.notify_all()
+        self._progress.notify_all()
 
     def _retire(self, share: _Share) -> None:
         share.done = True
@@ -422,7 +431,7 @@ class StepScheduler:
             self._retire(share)
             self._expected.discard(share.seq)
             self._totals["cancelled"] += 1
-            self._cond.notify_all()
+            self._progress.notify_all()
 
     def _fail_queued(self) -> None:
         err = SessionClosedError("the batched runtime context was closed; open a new "
@@ -430,7 +439,7 @@ class StepScheduler:
         for share in list(self._queue):
             share.error = err
             self._retire(share)
-        self._cond.notify_all()
+        self._progress.notify_all()
 
 
 __all__ = ["GATHER_WINDOW_S", "BatchStats", "Piece", "StepRecord", "StepScheduler"]

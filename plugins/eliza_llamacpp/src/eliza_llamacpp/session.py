@@ -45,6 +45,7 @@ from eliza_backends import (
     SessionClosedError,
     SlotError,
     StreamConfig,
+    UnsupportedOperationError,
 )
 from eliza_backends.backend import (
     Drafter,
@@ -86,7 +87,9 @@ class LlamaCppSession(Session):
             self._sampler = self._build_sampler(config)
             if linked is not None:
                 if lane.batched:
-                    raise ValueError("a target-linked drafter needs the session's own context")
+                    raise UnsupportedOperationError(
+                        "a drafter that reads the session's llama.cpp context (mtp) needs a "
+                        "context of its own: open the session with parallel=1")
                 drafter = self._linked = lane.linked = linked(lane.ctx)
         except BaseException:
             self._close()
