@@ -276,3 +276,85 @@ def test_sigterm_unwinds_a_running_convert(tmp_path: Path, tiny_bundle: Path) ->
         proc.kill()
         proc.wait()
     assert json.loads((tmp_path / "b" / "convert.json").read_text()) == {"status": "in progress"}
+
+
+GEMMA4_TARGET = Path(__file__).resolve().parent.parent / "examples" / "bundles" / \
+    "gemma4-tiny" / "text" / "gemma4-tiny-mlx"
+
+
+def test_a_gemma4_folder_is_read_as_its_text_model() -> None:
+    """The tiny Gemma 4 target's facts: sliding and full layers with their own head sizes,
+    the window, the end ids (<eos>, <turn|>), the Gemma 4 vocabulary with byte fallback."""
+    from eliza_backends.convert.hf_source import HFSource
+
+    facts = HFSource(GEMMA4_TARGET).facts()
+    assert (facts.architecture, facts.hidden_size, facts.num_layers, facts.head_dim,
+            facts.sliding_window) == ("gemma4", 128, 4, 32, 32)
+    assert facts.extra["global_head_dim"] == 64
+    assert facts.extra["layer_types"] == ["sliding_attention", "full_attention"] * 2
+    tok = facts.tokenizer
+    assert (tok.model, tok.bos_id, tok.eos_id, tok.pad_id, tok.add_bos) == \
+        ("gemma4", 2, 1, 0, True)
+    assert tok.eog_ids == (1, 6) and tok.tokens[6] == "<turn|>" and tok.tokens[17] == "<0x00>"
+    assert facts.tie_word_embeddings and tok.chat_template is not None
+
+
+def test_a_conditional_generation_config_gives_its_text_model() -> None:
+    from eliza_backends.convert.gemma4 import text_config, text_tensor_name
+
+    text = json.loads((GEMMA4_TARGET / "config.json").read_text())
+    nested = {"model_type": "gemma4", "architectures": ["Gemma4ForConditionalGeneration"],
+              "text_config": {k: v for k, v in text.items() if k != "global_head_dim"},
+              "vision_config": {"model_type": "gemma4_vision"}}
+    flat = text_config(nested)
+    assert flat["architectures"] == ["Gemma4ForCausalLM"] and flat["model_type"] == "gemma4_text"
+    assert flat["global_head_dim"] == 64  # from per_layer_config, explicit for mlx-lm
+    assert text_tensor_name(nested, "model.language_model.layers.0.mlp.up_proj.weight") == \
+        "model.layers.0.mlp.up_proj.weight"
+    assert text_tensor_name(nested, "model.vision_tower.encoder.weight") is None
+    assert text_tensor_name(text, "model.norm.weight") == "model.norm.weight"
+
+
+def test_a_gemma4_assistant_is_refused_as_a_source_and_checked_as_a_draft(tmp_path: Path
+                                                                          ) -> None:
+    from eliza_backends.convert.gemma4 import check_assistant
+    from eliza_backends.convert.hf_source import HFSource
+
+    facts = HFSource(GEMMA4_TARGET).facts()
+    folder = tmp_path / "assistant"
+    folder.mkdir()
+    cfg = {"model_type": "gemma4_assistant", "backbone_hidden_size": 128,
+           "text_config": {"vocab_size": 512}}
+    (folder / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(BundleError, match="--draft"):
+        HFSource(folder)
+    with pytest.raises(BundleError, match="no safetensors"):
+        check_assistant(folder, facts)
+    (folder / "model.safetensors").write_bytes(b"")
+    assert check_assistant(folder, facts)["backbone_hidden_size"] == 128
+    (folder / "config.json").write_text(json.dumps({**cfg, "backbone_hidden_size": 640}))
+    with pytest.raises(BundleError, match="hidden size 640"):
+        check_assistant(folder, facts)
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    with pytest.raises(BundleError, match="gemma4_assistant"):
+        check_assistant(folder, facts)
+
+
+def test_gemma4_requests_are_checked_before_any_work(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Core ML for Gemma 4: a typed refusal naming the op coremltools stops at; no llama.cpp
+    converter script: the error says where it comes from; a draft for a GGUF source."""
+    from eliza_backends.convert import convert, toolchain
+    from eliza_backends.convert.pipeline import _gemma4_request
+
+    with pytest.raises(InvalidArgumentError, match=r"'diff'.*--formats gguf,mlx,litert"):
+        _gemma4_request(parse_plan("gguf,coreml"))
+    monkeypatch.delenv("ELIZA_LLAMA_CPP_CONVERTER", raising=False)
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))
+    with pytest.raises(MissingToolError, match=r"convert_hf_to_gguf\.py"):
+        _gemma4_request(parse_plan("gguf"))
+    assert not toolchain.can_make("hf-llama-cpp")
+    gguf = Path(__file__).resolve().parent.parent / "examples" / "bundles" / "gemma4-tiny" / \
+        "text" / "gemma4-tiny-f32.gguf"
+    with pytest.raises(InvalidArgumentError, match="--draft goes with a Hugging Face folder"):
+        convert(gguf, tmp_path / "b", parse_plan("gguf"), draft=GEMMA4_TARGET, log=None)

@@ -286,3 +286,23 @@ def test_chat_through_the_gemma4_template(gemma4: InferenceContext, backend: str
     # the reply, and the <turn|> that ended it
     assert got == prompt["continuation_ids"][: prompt["first_stop_index"] + 1]
     assert got[-1] == TOK["end_id"] and steps[-1].finish_reason == "eos"
+
+
+def test_explain_names_the_architecture_each_backend_would_load() -> None:
+    """``select --explain``: the chosen backend's artifact and its architecture (a header /
+    config probe, no model load): Gemma 4 as llama.cpp and mlx-lm name it."""
+    from eliza_backends import explain
+
+    report = explain(BUNDLE, backend="llama.cpp")
+    assert report.model == "text/gemma4-tiny-f32.gguf (GGUF architecture gemma4)"
+    assert "model: text/gemma4-tiny-f32.gguf (GGUF architecture gemma4)" in str(report)
+    assert report.to_dict()["model"] == report.model
+    mlx = explain(BUNDLE, backend="mlx")
+    if mlx.chosen:  # mlx installed (Linux: mlx[cpu])
+        assert mlx.model == "text/gemma4-tiny-mlx (model_type gemma4_text)"
+    litert = explain(BUNDLE, backend="litert-lm")
+    if litert.chosen:
+        assert litert.model == "text/gemma4-tiny.litertlm (LiteRT-LM model type gemma4)"
+    tiny = explain(BUNDLE.parent / "tiny", backend="litert-lm")
+    if tiny.chosen:  # the tiny llama bundle's own LlmMetadata says generic
+        assert tiny.model == "text/tiny.litertlm (LiteRT-LM model type generic_model)"

@@ -3,23 +3,25 @@
 its gemma4_assistant MTP drafter, trained here on tools/tiny_corpus/.
 
 Usage:
-    PY=/tmp/ci-base/.venv-convert/bin/python   # torch 2.13, transformers 5.24, tokenizers, mlx-lm
-    $PY tools/make_gemma4_tiny.py OUT --llama-cpp-src DIR [--steps N] [--assistant-steps N]
-        [--work DIR] [--no-bundle]
+    PY=.venv-convert/bin/python   # bundle convert's environment: torch 2.13, transformers 5.24,
+                                  # tokenizers, llama.cpp's converter, litert-torch beside it
+    $PY tools/make_gemma4_tiny.py OUT [--steps N] [--assistant-steps N] [--work DIR]
+        [--no-bundle] [--reuse-work] [--llama-cpp-src DIR] [--litert-python PY]
 
-DIR is the llama.cpp tree vendored in the llama-cpp-python 0.3.36 sdist
-(`pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36`, unpacked:
-llama_cpp_python-0.3.36/vendor/llama.cpp): its convert_hf_to_gguf.py (with its own gguf-py on
-PYTHONPATH) is the reference GGUF writer for Gemma 4 and its assistant.
+The artifacts are made by `eliza-backends bundle convert` (eliza_backends.convert.convert) of
+the trained folders, the assistant as its --draft: GGUF by the llama.cpp tree vendored in the
+installed llama-cpp-python's sdist (scripts/install-convert.sh unpacks its convert_hf_to_gguf.py;
+--llama-cpp-src DIR names another tree), LiteRT by litert-torch export_hf.
 
 What it writes (deterministic: fixed seeds, one torch thread):
     WORK/target/, WORK/assistant/         float32 Hugging Face folders (+ tokenizer files)
-    WORK/target.gguf, WORK/assistant.gguf float32 GGUF by llama.cpp's converter
-    OUT/text/gemma4-tiny-f32.gguf         the target (llama.cpp)
-    OUT/text/gemma4-tiny-mlx/             the target as mlx-lm loads it (float32)
+    WORK/converted/                       the bundle convert output
+    OUT/text/gemma4-tiny-f32.gguf         the target (llama.cpp's converter)
+    OUT/text/gemma4-tiny-mlx/             the target's float32 HF folder, as mlx-lm loads it
     OUT/text/gemma4-tiny.tflite           the target by litert-torch export_hf (float32)
-    OUT/text/gemma4-tiny.litertlm         the same export packed for LiteRT-LM
-    OUT/text/draft/mtp/gemma4-tiny-assistant-f32.gguf   the MTP assistant (llama.cpp)
+    OUT/text/gemma4-tiny.litertlm         the same model packed for LiteRT-LM
+    OUT/text/draft/mtp/gemma4-tiny-assistant-f32.gguf   the MTP assistant (llama.cpp's converter)
+    OUT/source/assistant/                 the assistant's float32 HF folder
     OUT/oracle.json                       float32 torch greedy continuations + gaps
     OUT/training.json                     losses, times, measured draft acceptance
     OUT/manifest.json
@@ -32,7 +34,6 @@ import json
 import os
 import random
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -72,15 +73,6 @@ def log(msg: str) -> None:
     g4.log(msg)
 
 
-def tool_env(extra: list[Path]) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               PYTHONHASHSEED="0")
-    env["PYTHONPATH"] = os.pathsep.join([str(p) for p in extra]
-                                        + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    return env
-
-
 def save_hf(model: Any, tok_dir: Path, out: Path, *, target: bool) -> None:
     from transformers import GenerationConfig
 
@@ -101,69 +93,6 @@ def save_hf(model: Any, tok_dir: Path, out: Path, *, target: bool) -> None:
         g4.ASSISTANT["global_head_dim"]
     text["use_double_wide_mlp"] = False
     (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-
-
-SHIM_DIR = Path(__file__).resolve().parent / "litert_shim"
-
-
-def write_litert_metadata(path: Path, litert_python: str) -> None:
-    """LlmMetadata for the .litertlm: start token <bos>, stop token ids <eos> and <turn|>, the
-    jinja template, greedy sampler, model type gemma4. (export_hf's own guess lists
-    punctuation-prefixed stop strings meant for the real Gemma vocabulary.)"""
-    code = f"""
-from litert_lm_builder.runtime.proto import llm_metadata_pb2, llm_model_type_pb2
-from litert_lm_builder.runtime.proto import sampler_params_pb2
-md = llm_metadata_pb2.LlmMetadata()
-md.start_token.token_ids.ids.append(2)
-for stop in (1, {g4.CONTROL_TOKENS.index(g4.TURN_CLOSE)}):
-    md.stop_tokens.add().token_ids.ids.append(stop)
-md.jinja_prompt_template = {g4.CHAT_TEMPLATE!r}
-md.sampler_params.type = sampler_params_pb2.SamplerParameters.GREEDY
-md.sampler_params.k = 1
-md.max_num_tokens = {LITERT_CACHE_LENGTH}
-md.llm_model_type.CopyFrom(llm_model_type_pb2.LlmModelType(gemma4=llm_model_type_pb2.Gemma4()))
-open({str(path)!r}, "wb").write(md.SerializeToString(deterministic=True))
-"""
-    subprocess.run([litert_python, "-c", code], check=True, env=tool_env([]))
-
-
-LITERT_CACHE_LENGTH = 1024
-
-
-def export_litert(hf_dir: Path, work: Path, tflite_out: Path, litertlm_out: Path,
-                  litert_python: str) -> None:
-    """litert-torch export_hf of the target, unquantized. Work-arounds: the tensorflow shim
-    (as for the tiny bundle); ``experts_implementation: eager`` in a copy of config.json
-    (litert-torch's patched Gemma 4 text model fails transformers' grouped-mm check for a
-    model without experts); ``--split_cache=False``."""
-    src = work / "litert-src"
-    if src.exists():
-        shutil.rmtree(src)
-    shutil.copytree(hf_dir, src)
-    cfg = json.loads((src / "config.json").read_text())
-    cfg["experts_implementation"] = "eager"
-    (src / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-    out = work / "litert-export"
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir()
-    metadata = work / "llm_metadata.pb"
-    write_litert_metadata(metadata, litert_python)
-    subprocess.run([litert_python, "-m", "litert_torch.generative.export_hf", f"--model={src}",
-                    f"--output_dir={out}", "--prefill_lengths=32,128",
-                    f"--cache_length={LITERT_CACHE_LENGTH}", "--quantization_recipe=none",
-                    "--keep_temporary_files=True", "--split_cache=False",
-                    f"--litert_lm_llm_metadata_override={metadata}"],
-                   check=True, env=tool_env([SHIM_DIR]), stdout=subprocess.DEVNULL)
-    shutil.copy2(out / "model.tflite", tflite_out)
-    litertlm_out.write_bytes(g4.tiny._fix_litertlm_system_metadata(
-        (out / "model.litertlm").read_bytes(), litertlm_out.name))
-
-
-def convert_gguf(llama_src: Path, hf_dir: Path, out: Path) -> None:
-    subprocess.run([sys.executable, str(llama_src / "convert_hf_to_gguf.py"), str(hf_dir),
-                    "--outfile", str(out), "--outtype", "f32"], check=True,
-                   env=tool_env([llama_src / "gguf-py"]), stdout=subprocess.DEVNULL)
 
 
 def prompt_cases(tok: Any) -> list[dict[str, Any]]:
@@ -244,28 +173,44 @@ def measure_acceptance(target: Any, assistant: Any, oracle: dict[str, Any],
             "acceptance": round(accepted / max(1, drafted), 4), "per_prompt": rows}
 
 
-def write_artifacts(out: Path, work: Path, litert_python: str) -> None:
-    """OUT/text/: the f32 GGUFs (the assistant under draft/mtp/), the HF folder as the MLX
-    folder, and the LiteRT export (when ``litert_python`` is set)."""
+def write_artifacts(out: Path, work: Path, litert: bool) -> None:
+    """OUT/text/ and OUT/source/: ``bundle convert`` of WORK/target with WORK/assistant as its
+    draft (GGUFs by llama.cpp's own converter, LiteRT by litert-torch: see
+    eliza_backends.convert), placed under this bundle's names; the float32 HF folder as the MLX
+    folder; the assistant's HF folder as OUT/source/assistant (the target's is the MLX one)."""
+    from eliza_backends.convert import convert, parse_plan
+
+    made = work / "converted"
+    if made.exists():
+        shutil.rmtree(made)
+    plan = parse_plan("gguf,litert" if litert else "gguf", prefill_lengths=(32, 128),
+                      cache_length=1024, name="gemma4-tiny", threads=1)
+    convert(work / "target", made, plan, draft=work / "assistant",
+            work_dir=work / "convert-stages")
     text = out / "text"
-    if text.exists():
-        shutil.rmtree(text)
+    for stale in (text, out / "source"):
+        if stale.exists():
+            shutil.rmtree(stale)
     (text / "draft" / "mtp").mkdir(parents=True)
-    shutil.copy2(work / "target.gguf", text / "gemma4-tiny-f32.gguf")
-    shutil.copy2(work / "assistant.gguf",
-                 text / "draft" / "mtp" / "gemma4-tiny-assistant-f32.gguf")
+    places = {"gemma4-tiny-f32.gguf": "gemma4-tiny-f32.gguf",
+              "draft/mtp/gemma4-tiny-assistant-f32.gguf":
+                  "draft/mtp/gemma4-tiny-assistant-f32.gguf"}
+    if litert:
+        places.update({"gemma4-tiny-fp32.tflite": "gemma4-tiny.tflite",
+                       "gemma4-tiny-fp32.litertlm": "gemma4-tiny.litertlm"})
+    for src, dest in places.items():
+        shutil.copy2(made / "text" / src, text / dest)
     shutil.copytree(work / "target", text / "gemma4-tiny-mlx")
-    if litert_python:
-        log("LiteRT (litert-torch export_hf)")
-        export_litert(work / "target", work, text / "gemma4-tiny.tflite",
-                      text / "gemma4-tiny.litertlm", litert_python)
+    shutil.copytree(work / "assistant", out / "source" / "assistant")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out", type=Path)
-    ap.add_argument("--llama-cpp-src", type=Path, required=True)
+    ap.add_argument("--llama-cpp-src", type=Path, default=None,
+                    help="a llama.cpp tree (its convert_hf_to_gguf.py); default: the one "
+                         "scripts/install-convert.sh recorded for bundle convert")
     ap.add_argument("--steps", type=int, default=1200)
     ap.add_argument("--assistant-steps", type=int, default=400)
     ap.add_argument("--work", type=Path, default=None, help="keep HF folders and GGUFs here")
@@ -274,9 +219,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reuse-work", action="store_true",
                     help="load the trained pair from WORK/target and WORK/assistant instead of "
                          "training (re-export only)")
-    ap.add_argument("--litert-python", default="/tmp/ci-base/.venv-litert-torch/bin/python",
-                    help="a python with litert-torch 0.10 (empty: no LiteRT export)")
+    ap.add_argument("--litert-python", default=None,
+                    help="a python with litert-torch 0.10 (default: bundle convert's own; "
+                         "empty: no LiteRT export)")
     args = ap.parse_args(argv)
+    if args.llama_cpp_src is not None:
+        os.environ["ELIZA_LLAMA_CPP_CONVERTER"] = str(args.llama_cpp_src / "convert_hf_to_gguf.py")
+    if args.litert_python:
+        os.environ["ELIZA_LITERT_TORCH_PYTHON"] = args.litert_python
 
     import torch
 
@@ -312,9 +262,6 @@ def main(argv: list[str] | None = None) -> int:
         save_hf(assistant, work / "tokenizer", work / "assistant", target=False)
         (work / "training.json").write_text(json.dumps(
             {"target": target.train_stats, "assistant": assistant.train_stats}, indent=1))
-        log("GGUF (llama.cpp's convert_hf_to_gguf.py, f32)")
-        convert_gguf(args.llama_cpp_src, work / "target", work / "target.gguf")
-        convert_gguf(args.llama_cpp_src, work / "assistant", work / "assistant.gguf")
     if args.no_bundle:
         return 0
 
@@ -322,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     acc = measure_acceptance(target, assistant, oracle, 4)
     log(f"draft acceptance (k=4, greedy, torch): {acc['accepted']}/{acc['drafted']} = "
         f"{acc['acceptance']}")
-    write_artifacts(args.out.resolve(), work, args.litert_python)
+    log("bundle convert (GGUF by llama.cpp's convert_hf_to_gguf.py, LiteRT by litert-torch)")
+    write_artifacts(args.out.resolve(), work, args.litert_python != "")
     out = args.out.resolve()
     (out / "oracle.json").write_text(json.dumps(oracle, indent=1, ensure_ascii=False) + "\n")
     training = {"target": target.train_stats, "assistant": assistant.train_stats,

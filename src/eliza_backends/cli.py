@@ -13,7 +13,7 @@
     eliza-backends bundle create OUT ARTIFACT... [--draft ARTIFACT] [--name NAME] [--link]
                                  [--json]
     eliza-backends bundle verify BUNDLE [--no-hash] [--json]
-    eliza-backends bundle convert SRC OUT [--formats gguf,mlx,litert,coreml]
+    eliza-backends bundle convert SRC OUT [--formats gguf,mlx,litert,coreml] [--draft DIR]
                          [--precision FORMAT=P,...]... [--prefill-lengths N,...]
                          [--cache-length N] [--verify] [--work-dir DIR]
 
@@ -530,7 +530,7 @@ def cmd_bundle_convert(args: argparse.Namespace) -> int:
 
     previous = signal.signal(signal.SIGTERM, terminated)
     try:
-        report = convert(args.src, args.out, plan, work_dir=args.work_dir,
+        report = convert(args.src, args.out, plan, draft=args.draft, work_dir=args.work_dir,
                          tool_output=args.verbose > 0)
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -751,6 +751,8 @@ _CONVERT_STEPS: tuple[_Step, ...] = (
     _arg("--litert-tokenizer", choices=["auto", "hf", "sp"], default="auto",
          help="the .litertlm tokenizer section (auto: SentencePiece for "
          "SentencePiece vocabularies, else tokenizer.json)"),
+    _arg("--draft", metavar="DIR", help="a Gemma 4 target's MTP assistant "
+         "(gemma4_assistant Hugging Face folder): converted to text/draft/mtp/ (f32 GGUF)"),
     _arg("--verify", action="store_true", help="score every artifact against a "
          "transformers float32 reference; writes parity.json"),
     _arg("--name", help="bundle and file name stem (default: from the source)"),

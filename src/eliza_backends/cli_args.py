@@ -123,6 +123,8 @@ def check_args(args: argparse.Namespace, stream_fields: Callable[[argparse.Names
             check_bundle_name(args.name)
     if command == "bundle" and sub == "convert":
         check_input(args.src, "SRC")
+        if args.draft is not None:
+            check_input(args.draft, "--draft")
         check_output_dir(args.out, "OUT")
         if args.work_dir is not None:
             check_output_dir(args.work_dir, "--work-dir")

@@ -78,6 +78,8 @@ class SelectionReport:
     #: The chosen backend's speculative drafters on this bundle: kind -> what a stream with
     #: ``drafter=kind`` would use, or why it cannot (:meth:`Factory.drafters`).
     drafters: Mapping[str, str] = field(default_factory=dict)
+    #: What the chosen backend would load, and its architecture (:meth:`Factory.describe`).
+    model: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -86,13 +88,15 @@ class SelectionReport:
                 "candidates": [c.to_dict() for c in self.candidates],
                 "broken_plugins": list(self.broken_plugins),
                 "error_code": None if self.error_code is None else self.error_code.symbol,
-                "drafters": dict(self.drafters)}
+                "drafters": dict(self.drafters), "model": self.model}
 
     def __str__(self) -> str:
         lines = [f"bundle: {self.bundle_dir}"]
         if self.requested:
             lines.append(f"requested: {self.requested} (by {self.requested_by})")
         lines.append(f"chosen: {self.chosen}" if self.chosen else f"error: {self.error}")
+        if self.model:
+            lines.append(f"model: {self.model}")
         for c in self.candidates:
             lines.append(f"  {c.name:<12} rank {c.rank:>4}  {c.verdict:<15} {c.reason}")
         lines.extend(f"  broken plugin: {p}" for p in self.broken_plugins)
@@ -175,7 +179,8 @@ class _Selection:
         return SelectionReport(str(self.bundle), self.requested, self.requested_by,
                                chosen.name if chosen else None, error, cands, self.broken,
                                code if error else None,
-                               _safe_drafters(chosen, self.bundle) if chosen else {})
+                               _safe_drafters(chosen, self.bundle) if chosen else {},
+                               _safe_describe(chosen, self.bundle) if chosen else "")
 
 
 def _gather(bundle_dir: str | os.PathLike[str], backend: str | None,
@@ -340,6 +345,13 @@ def _safe_drafters(factory: Factory, bundle: Path) -> dict[str, str]:
         return {str(k): str(v) for k, v in factory.drafters(bundle).items()}
     except Exception as exc:
         return {"?": f"drafters() failed: {type(exc).__name__}: {exc}"}
+
+
+def _safe_describe(factory: Factory, bundle: Path) -> str:
+    try:
+        return str(factory.describe(bundle))
+    except Exception as exc:
+        return f"describe() failed: {type(exc).__name__}: {exc}"
 
 
 def _safe_pinned(factory: Factory, name: str) -> Factory:

@@ -71,6 +71,17 @@ class Factory(ABC):
         The default says nothing."""
         return {}
 
+    def describe(self, bundle_dir: str | os.PathLike[str]) -> str:
+        """For :func:`~eliza_backends.explain`: the artifact a stream would load from
+        ``bundle_dir`` (relative to it), with what a cheap probe says of the model (a plugin
+        names its architecture: GGUF header, config.json); "" when there is none. The default
+        names the artifact."""
+        try:
+            path = self.artifact(bundle_dir)
+        except BundleError:
+            return ""
+        return path.relative_to(bundle_dir).as_posix()
+
     def pinned(self, name: str) -> Factory:
         """The factory a hard request by ``name`` (one of :meth:`names`) gets: this one, or,
         for an alias that names one engine of a multi-engine backend (``coreml``), a factory

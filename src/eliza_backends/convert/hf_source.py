@@ -1,7 +1,8 @@
 """Reading a source Hugging Face checkpoint folder: its ``config.json`` and tokenizer files as
 :class:`~.gguf_source.ModelFacts`, its safetensors tensors as float32 numpy arrays.
 
-Architectures: ``llama`` (``LlamaForCausalLM``) and ``gemma3_text`` (``Gemma3ForCausalLM``).
+Architectures: ``llama`` (``LlamaForCausalLM``), ``gemma3_text`` (``Gemma3ForCausalLM``) and
+Gemma 4's ``gemma4_text`` / ``gemma4`` (their facts: :mod:`.gemma4`).
 The vocabulary is read as llama.cpp's own ``convert_hf_to_gguf.py`` reads it:
 
 * byte-level BPE (GGUF ``gpt2``): ``tokenizer.json``'s vocabulary, merges and added tokens
@@ -29,8 +30,9 @@ from ..errors import BundleError
 from ..hashing import sha256_file
 from .gguf_source import ModelFacts, TokenizerFacts, f32_value
 
-#: Hugging Face ``model_type`` -> GGUF architecture
-MODEL_TYPES = {"llama": "llama", "gemma3_text": "gemma3"}
+#: Hugging Face ``model_type`` -> GGUF architecture (Gemma 4: :mod:`.gemma4`)
+MODEL_TYPES = {"llama": "llama", "gemma3_text": "gemma3", "gemma4_text": "gemma4",
+               "gemma4": "gemma4"}
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 #: files of the folder that key the conversion (weights, config, tokenizer)
 _KEYED = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
@@ -79,7 +81,9 @@ class HFSource:
         model_type = self.config.get("model_type")
         if model_type not in MODEL_TYPES:
             hint = " (a multimodal Gemma 3: convert its text model)" \
-                if model_type == "gemma3" else ""
+                if model_type == "gemma3" else " (a Gemma 4 MTP assistant: pass it with " \
+                "--draft next to its target's folder)" if model_type == "gemma4_assistant" \
+                else ""
             raise BundleError(f"{self.path}: model_type {model_type!r} is not one the converter "
                               f"maps yet ({', '.join(MODEL_TYPES)}){hint}")
         self.architecture = MODEL_TYPES[str(model_type)]
@@ -101,11 +105,7 @@ class HFSource:
     def content_sha256(self) -> str:
         """sha256 over the names and sha256s of the weight, config and tokenizer files: the
         folder's identity for the conversion cache."""
-        h = hashlib.sha256()
-        keyed = [self.path / n for n in _KEYED if (self.path / n).is_file()]
-        for f in sorted(set(keyed + self.weight_files)):
-            h.update(f"{f.name}\0{sha256_file(f)}\n".encode())
-        return h.hexdigest()
+        return folder_sha256(self.path, self.weight_files)
 
     def size(self) -> int:
         """Bytes of the weight files."""
@@ -113,9 +113,18 @@ class HFSource:
 
     # ------------------------------------------------------------------ facts
 
+    def model_name(self) -> str:
+        """``_name_or_path``'s last part, else the folder's name."""
+        return str(self.config.get("_name_or_path") or self.path.name).rstrip("/") \
+            .split("/")[-1]
+
     def facts(self) -> ModelFacts:
         """The model's :class:`ModelFacts` (end ids: the folder's own; llama.cpp's view of
         them is read later from the GGUF written from it)."""
+        if self.architecture == "gemma4":
+            from .gemma4 import model_facts
+
+            return model_facts(self)
         c = self.config
 
         def need(key: str) -> Any:
@@ -140,7 +149,7 @@ class HFSource:
         tied = "lm_head.weight" not in self.tensor_names()
         common: dict[str, Any] = dict(
             architecture=self.architecture,
-            name=str(c.get("_name_or_path") or self.path.name).rstrip("/").split("/")[-1],
+            name=self.model_name(),
             vocab_size=int(need("vocab_size")), hidden_size=hidden,
             intermediate_size=int(need("intermediate_size")),
             num_layers=int(need("num_hidden_layers")), num_heads=heads,
@@ -289,6 +298,17 @@ class HFSource:
                 yield name, array.reshape(spec["shape"])
 
 
+def folder_sha256(folder: Path, weight_files: list[Path] | None = None) -> str:
+    """sha256 over the names and sha256s of a checkpoint folder's config, tokenizer and weight
+    files (``weight_files``, default every ``*.safetensors``)."""
+    h = hashlib.sha256()
+    keyed = [folder / n for n in _KEYED if (folder / n).is_file()]
+    weights = sorted(folder.glob("*.safetensors")) if weight_files is None else weight_files
+    for f in sorted(set(keyed + list(weights))):
+        h.update(f"{f.name}\0{sha256_file(f)}\n".encode())
+    return h.hexdigest()
+
+
 def _byte_level_vocab(path: Path, tok_json: dict[str, Any]) -> tuple[
         list[str], list[int], list[str]]:
     model = tok_json.get("model") or {}
@@ -344,4 +364,4 @@ def _post_processor_adds_bos(tok_json: dict[str, Any]) -> bool:
     return False
 
 
-__all__ = ["MODEL_TYPES", "HFSource"]
+__all__ = ["MODEL_TYPES", "HFSource", "folder_sha256"]

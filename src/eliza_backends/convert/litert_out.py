@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import BackendRuntimeError
@@ -28,9 +29,10 @@ RECIPES = {"fp32": "none", "int8": "dynamic_wi8_afp32"}
 
 def export_tflite(python: str, hf_dir: Path, out_dir: Path, *, precision: str,
                   prefill_lengths: list[int], cache_length: int, log_path: Path,
-                  threads: int | None = None) -> Path:
-    """Run ``export_hf`` (in the interpreter ``python``, which has litert-torch) on ``hf_dir``;
-    returns the ``model.tflite`` it wrote in ``out_dir``."""
+                  threads: int | None = None, extra_flags: Sequence[str] = ()) -> Path:
+    """Run ``export_hf`` (in the interpreter ``python``, which has litert-torch) on ``hf_dir``
+    with ``extra_flags`` after the converter's own; returns the ``model.tflite`` it wrote in
+    ``out_dir``."""
     shim = out_dir / ".shim"
     module = shim / "tensorflow" / "lite" / "python" / "schema_py_generated.py"
     module.parent.mkdir(parents=True, exist_ok=True)
@@ -45,7 +47,7 @@ def export_tflite(python: str, hf_dir: Path, out_dir: Path, *, precision: str,
            f"--output_dir={out_dir}",
            f"--prefill_lengths={','.join(map(str, prefill_lengths))}",
            f"--cache_length={cache_length}", f"--quantization_recipe={RECIPES[precision]}",
-           "--bundle_litert_lm=False", "--keep_temporary_files=True"]
+           "--bundle_litert_lm=False", "--keep_temporary_files=True", *extra_flags]
     with open(log_path, "wb") as log:
         done = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, check=False)
     tflite = out_dir / "model.tflite"
@@ -75,8 +77,11 @@ def llm_metadata(facts: ModelFacts, cache_length: int) -> bytes:
     md.sampler_params.type = sampler_params_pb2.SamplerParameters.GREEDY
     md.sampler_params.k = 1
     md.max_num_tokens = cache_length
-    md.llm_model_type.CopyFrom(
-        llm_model_type_pb2.LlmModelType(generic_model=llm_model_type_pb2.GenericModel()))
+    # Gemma 4 files say so (the engine's Gemma 4 handling); the others are generic
+    kind = llm_model_type_pb2.LlmModelType(gemma4=llm_model_type_pb2.Gemma4()) \
+        if facts.architecture == "gemma4" else \
+        llm_model_type_pb2.LlmModelType(generic_model=llm_model_type_pb2.GenericModel())
+    md.llm_model_type.CopyFrom(kind)
     return bytes(md.SerializeToString(deterministic=True))
 
 
@@ -102,6 +107,36 @@ def package_litertlm(tflite: Path, out: Path, facts: ModelFacts, *, cache_length
     with open(out, "wb") as f:
         builder.build(f)
     meta_path.unlink()
+    out.write_bytes(reproducible_stamps(out.read_bytes()))
+
+
+#: the builder's random uuid4 and its creation time (ISO, UTC, microseconds) in the header
+_UUID = rb"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"
+_TIME = rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}\+00:00"
+
+
+def reproducible_stamps(data: bytes) -> bytes:
+    """``data`` (a ``.litertlm``) with the two stamps litert_lm_builder writes into every file
+    replaced in place, same lengths (no flatbuffer offset moves): the uuid4 by a uuid5 of the
+    rest of the file, the time by ``$SOURCE_DATE_EPOCH`` (default 0). The same inputs then
+    give the same bytes."""
+    import datetime
+    import hashlib
+    import re
+    import uuid
+
+    head = data[:4096]  # the system metadata sits in the header
+    found = [re.findall(p, head) for p in (_UUID, _TIME)]
+    if any(len(f) != 1 for f in found):
+        raise BackendRuntimeError(f"unexpected .litertlm header from litert_lm_builder: uuid "
+                                  f"and time stamps {found!r}")
+    rest = data.replace(found[0][0], b"").replace(found[1][0], b"")
+    new_uuid = str(uuid.uuid5(uuid.NAMESPACE_URL, "eliza-backends/litertlm/"
+                              + hashlib.sha256(rest).hexdigest())).encode()
+    epoch = int(os.environ.get("SOURCE_DATE_EPOCH", "0"))
+    new_time = datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime(
+        "%Y-%m-%dT%H:%M:%S.%f+00:00").encode()
+    return data.replace(found[0][0], new_uuid, 1).replace(found[1][0], new_time, 1)
 
 
 def copy_tflite(src: Path, dest: Path) -> None:
@@ -112,4 +147,5 @@ def copy_tflite(src: Path, dest: Path) -> None:
         shutil.copy2(src, dest)
 
 
-__all__ = ["RECIPES", "export_tflite", "llm_metadata", "package_litertlm"]
+__all__ = ["RECIPES", "export_tflite", "llm_metadata", "package_litertlm",
+           "reproducible_stamps"]

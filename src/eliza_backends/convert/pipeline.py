@@ -6,8 +6,12 @@ Stages (each cached by content hash under the work directory, see :mod:`.stages`
    checkpoint and a float32 GGUF with the same weights. From a GGUF: dequantized, the GGUF
    keeps the source's metadata, the tokenizer is rebuilt from the GGUF vocabulary; from a
    Hugging Face folder: widened, the GGUF header written from its config and tokenizer
-   (:mod:`.hf_source`, :mod:`.gguf_writer`). Either way every tokenizer file must tokenize
-   tricky strings exactly as llama.cpp does on that GGUF (:mod:`.tokenizer_check`);
+   (:mod:`.hf_source`, :mod:`.gguf_writer`); from a Gemma 4 folder: the text model as a
+   float32 ``Gemma4ForCausalLM`` folder (:mod:`.gemma4`) and the GGUF by llama.cpp's own
+   ``convert_hf_to_gguf.py`` (:mod:`.llamacpp_convert`). Either way every tokenizer file must
+   tokenize tricky strings exactly as llama.cpp does on that GGUF (:mod:`.tokenizer_check`);
+   ``mtp-f32`` (``draft=``) — a Gemma 4 target's ``gemma4_assistant``, by the same script, under
+   ``text/draft/mtp/``;
 2. ``gguf-<precision>`` — llama.cpp's quantizer on the float32 GGUF;
 3. ``mlx-<precision>`` — ``mlx_lm convert`` + explicit, checked config;
 4. ``litert-<precision>`` — litert-torch ``.tflite`` + a ``.litertlm`` packaged with the
@@ -37,7 +41,7 @@ from ..bundle import TEXT_DIR, write_manifest
 from ..errors import BackendRuntimeError, InvalidArgumentError
 from ..hashing import cache_dir, sha256_file
 from . import toolchain
-from .stages import StageRunner
+from .stages import StageRunner, content_key
 
 FORMAT_NAMES = ("gguf", "mlx", "litert", "coreml")
 PRECISIONS: dict[str, tuple[str, ...]] = {
@@ -163,19 +167,25 @@ def llamacpp_token_facts(gguf_path: Path) -> tuple[tuple[int, ...], bool]:
 
 
 def convert(src: str | os.PathLike[str], out: str | os.PathLike[str], plan: ConvertPlan, *,
+            draft: str | os.PathLike[str] | None = None,
             work_dir: str | os.PathLike[str] | None = None,
             log: TextIO | None = sys.stderr, tool_output: bool = False) -> dict[str, Any]:
     """Convert ``src`` (a ``.gguf`` file or a Hugging Face checkpoint folder) into the bundle
     ``out``; returns the conversion report (also written to ``out/convert.json``).
+    ``draft``: a Gemma 4 target's ``gemma4_assistant`` folder, converted to a float32 GGUF
+    under ``text/draft/mtp/`` (manifest role ``draft``, kind ``mtp``).
     ``log`` gets one line per stage; the tools' own output (progress bars, warnings) goes to
     each stage's ``tools.log`` unless ``tool_output``."""
     source = Path(src)
     from_hf = _check_request(source, plan)
+    draft_dir = _check_draft(draft, from_hf)
     root = Path(out)
     _claim(root)
     runner = StageRunner(Path(work_dir) if work_dir else default_cache_dir() / "convert", log,
                          tool_output=tool_output)
     job = _float32_stage(source, from_hf, root, plan, runner)
+    if draft_dir is not None:
+        _mtp_stage(job, draft_dir)
     for stage in _STAGES:
         if stage.fmt in plan.formats:
             _run_format(job, stage)
@@ -201,12 +211,37 @@ def _check_request(source: Path, plan: ConvertPlan) -> bool:
                                    "Face checkpoint folder")
     if not from_hf and (not source.is_file() or source.suffix.lower() != ".gguf"):
         raise InvalidArgumentError(f"{source} is not a .gguf file or a Hugging Face folder")
+    if from_hf and "coreml" in plan.formats and _model_type(source) in ("gemma4_text", "gemma4"):
+        raise InvalidArgumentError(GEMMA4_COREML.format(op=GEMMA4_COREML_OP))
     toolchain.require("hf")
     for fmt in plan.formats:
         toolchain.require(_TOOLS[fmt])
     if plan.verify:
         toolchain.require("verify")
     return from_hf
+
+
+def _model_type(folder: Path) -> str | None:
+    """``config.json``'s ``model_type`` (None when unreadable: the source reader says why)."""
+    try:
+        value = json.loads((folder / "config.json").read_text(encoding="utf-8"))["model_type"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _check_draft(draft: str | os.PathLike[str] | None, from_hf: bool) -> Path | None:
+    """The ``--draft`` folder (None when there is none); refuses a draft for a GGUF source
+    and anything that is not a Hugging Face folder."""
+    if draft is None:
+        return None
+    path = Path(draft)
+    if not from_hf:
+        raise InvalidArgumentError("--draft goes with a Hugging Face folder source (a Gemma 4 "
+                                   "target); a GGUF source takes no draft folder")
+    if not (path / "config.json").is_file():
+        raise InvalidArgumentError(f"--draft {path}: not a Hugging Face folder (no config.json)")
+    return path
 
 
 def _claim(root: Path) -> None:
@@ -275,6 +310,7 @@ def _float32_stage(source: Path, from_hf: bool, root: Path, plan: ConvertPlan,
     versions = toolchain.versions()
     code = toolchain.code_hash("gguf_source", "hf_source", "hf_checkpoint", "tokenizer_build",
                                "float32_pass", "gguf_writer", "tokenizer_check")
+    llama_cpp_script: Path | None = None
     if from_hf:
         from .hf_source import HFSource
 
@@ -284,6 +320,10 @@ def _float32_stage(source: Path, from_hf: bool, root: Path, plan: ConvertPlan,
         src_sha = hsrc.content_sha256()
         facts = hsrc.facts()
         name = plan.name or _slug(facts.name)
+        if facts.architecture == "gemma4":
+            llama_cpp_script = _gemma4_request(plan)
+            code = content_key(code, toolchain.code_hash("gemma4", "llamacpp_convert"),
+                               _converter_hash(llama_cpp_script))
     else:
         from .gguf_source import GGUFSource
 
@@ -300,7 +340,13 @@ def _float32_stage(source: Path, from_hf: bool, root: Path, plan: ConvertPlan,
 
     def build_hf(d: Path) -> None:
         hf_out, gguf_out = d / "hf", d / "model-f32.gguf"
-        if from_hf:
+        if llama_cpp_script is not None:  # Gemma 4: llama.cpp's own converter on the folder
+            from .gemma4 import write_text_folder
+            from .llamacpp_convert import convert_hf_to_gguf
+
+            write_text_folder(hsrc, hf_out)
+            convert_hf_to_gguf(llama_cpp_script, source, gguf_out, d / "tools.log")
+        elif from_hf:
             write_f32_from_hf(hsrc, facts, hf_out, gguf_out)
             write_hf_config(_confirmed(facts, gguf_out), hf_out)
         else:
@@ -323,6 +369,60 @@ def _float32_stage(source: Path, from_hf: bool, root: Path, plan: ConvertPlan,
                hf, tokenizer_check, stage_keys=[hf.key])
     job.text.mkdir(parents=True, exist_ok=True)
     return job
+
+
+#: why ``--formats coreml`` is refused for Gemma 4 (see docs/get-a-model.md)
+GEMMA4_COREML = ("Core ML is not made for Gemma 4 yet: the converter's stateful Core ML "
+                 "network is a plain-torch rewrite of llama and Gemma 3 only, and coremltools "
+                 "9.0 cannot convert transformers' Gemma 4 itself ({op}); leave coreml out "
+                 "(--formats gguf,mlx,litert)")
+#: the op coremltools 9.0 stops at when it converts a trace of transformers 5.24's
+#: Gemma4ForCausalLM (``torch.diff`` in masking_utils' packed-sequence detection)
+GEMMA4_COREML_OP = "PyTorch op 'diff' not implemented, at transformers' mask code"
+
+
+def _gemma4_request(plan: ConvertPlan) -> Path:
+    """The llama.cpp converter script for a Gemma 4 source (Core ML was refused before:
+    :func:`_check_request`, here again for a caller that skipped it)."""
+    if "coreml" in plan.formats:
+        raise InvalidArgumentError(GEMMA4_COREML.format(op=GEMMA4_COREML_OP))
+    toolchain.require("hf-llama-cpp")
+    script = toolchain.llama_cpp_converter()
+    assert script is not None  # require checked
+    return script
+
+
+def _converter_hash(script: Path) -> str:
+    from .llamacpp_convert import converter_hash
+
+    return converter_hash(script)
+
+
+def _mtp_stage(job: _Job, folder: Path) -> None:
+    """The ``mtp-f32`` stage: the Gemma 4 assistant at ``folder`` checked against the target
+    and converted by llama.cpp's converter; placed under ``text/draft/mtp/``."""
+    from ..bundle import DRAFT_DIR, MTP_DIR
+    from .gemma4 import check_assistant
+    from .hf_source import folder_sha256
+
+    check_assistant(folder, job.facts)
+    script = toolchain.llama_cpp_converter()
+    assert script is not None  # the target, a Gemma 4, required it
+    sha = folder_sha256(folder)
+
+    def build(d: Path) -> None:
+        from .llamacpp_convert import convert_hf_to_gguf
+
+        convert_hf_to_gguf(script, folder, d / "assistant-f32.gguf", d / "tools.log")
+        llamacpp_token_facts(d / "assistant-f32.gguf")  # llama.cpp reads it back
+
+    st = job.runner.run("mtp-f32", (job.hf.key, sha, toolchain.code_hash("llamacpp_convert"),
+                                    _converter_hash(script)), build)
+    dest = job.text / DRAFT_DIR / MTP_DIR / f"{job.name}-assistant-f32.gguf"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    _place(st.directory / "assistant-f32.gguf", dest)
+    job.record("gguf", "f32", [dest], st)
+    job.artifacts[-1].update(role="draft", kind="mtp", source=str(folder), source_sha256=sha)
 
 
 @dataclass(frozen=True)
@@ -383,6 +483,10 @@ def _gguf_build(job: _Job, p: str, prep: Any, d: Path) -> None:
 def _mlx_prepare(job: _Job) -> Any:
     from .hf_checkpoint import config_dict
 
+    if job.facts.architecture == "gemma4":
+        from .gemma4 import mlx_expected
+
+        return mlx_expected(job.hf_dir)
     return _mlx_expected(config_dict(job.facts))
 
 
@@ -408,12 +512,20 @@ def _litert_build(job: _Job, p: str, prep: tuple[Any, Any, bool], d: Path) -> No
     from .litert_out import export_tflite, package_litertlm
 
     (exporter, _, use_sp), plan, hf_dir = prep, job.plan, job.hf_dir
-    tfl = export_tflite(exporter, hf_dir, d / "export", precision=p,
+    source: Path = hf_dir
+    flags: tuple[str, ...] = ()
+    if job.facts.architecture == "gemma4":
+        from .gemma4 import LITERT_EXPORT_FLAGS, litert_source
+
+        source, flags = litert_source(hf_dir, d / "export-src"), LITERT_EXPORT_FLAGS
+    tfl = export_tflite(exporter, source, d / "export", precision=p,
                         prefill_lengths=list(plan.prefill_lengths),
                         cache_length=plan.cache_length, log_path=d / "export.log",
-                        threads=plan.threads)
+                        threads=plan.threads, extra_flags=flags)
     os.replace(tfl, d / "model.tflite")
     shutil.rmtree(d / "export")
+    if source != hf_dir:
+        shutil.rmtree(source)
     package_litertlm(d / "model.tflite", d / "model.litertlm", job.facts,
                      cache_length=plan.cache_length,
                      hf_tokenizer=None if use_sp else hf_dir / "tokenizer.json",
@@ -484,7 +596,7 @@ def _report(job: _Job) -> dict[str, Any]:
                   "add_bos": facts.tokenizer.add_bos, "bos_id": facts.tokenizer.bos_id,
                   "eog_ids": list(facts.tokenizer.eog_ids),
                   "chat_template": facts.tokenizer.chat_template
-                  is not None, "sliding_window": facts.sliding_window},
+                  is not None, "sliding_window": facts.sliding_window, **facts.extra},
         "tokenizer_check": job.tokenizer_check,
         "tools": job.versions, "converter_code": toolchain.code_hash(),
         "artifacts": job.artifacts, "mlx_config_checked": job.checked["mlx"],

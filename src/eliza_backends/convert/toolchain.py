@@ -29,6 +29,9 @@ NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
     "coreml": (("coremltools", "coremltools"), ("torch", "torch"),
                ("transformers", "transformers")),
     "verify": (("torch", "torch"), ("transformers", "transformers")),
+    #: architectures whose GGUF llama.cpp's own convert_hf_to_gguf.py writes (Gemma 4)
+    "hf-llama-cpp": (("torch", "torch"), ("transformers", "transformers"),
+                     ("safetensors", "safetensors"), ("numpy", "numpy")),
 }
 
 #: distributions whose versions key the conversion cache
@@ -68,12 +71,32 @@ def litert_torch_version(python: str) -> str:
     return done.stdout.strip() or "-"
 
 
+def llama_cpp_converter() -> Path | None:
+    """llama.cpp's own ``convert_hf_to_gguf.py`` (with its ``conversion/`` and ``gguf-py/``
+    beside it, as in llama.cpp's tree): ``$ELIZA_LLAMA_CPP_CONVERTER``, or the copy
+    ``scripts/install-convert.sh`` unpacked from the installed llama-cpp-python's sdist and
+    recorded beside this venv; None when there is none. Gemma 4 GGUFs are written by it."""
+    env = os.environ.get("ELIZA_LLAMA_CPP_CONVERTER")
+    if env:
+        return Path(env)
+    recorded = Path(sys.prefix) / "eliza-llama-cpp-converter"
+    if recorded.is_file():
+        script = Path(recorded.read_text().strip())
+        if script.is_file():
+            return script
+    return None
+
+
 def require(what: str) -> None:
     """Raise :class:`MissingToolError` naming the extra to install if ``what`` cannot run."""
     absent = missing(what)
     if what == "litert" and litert_torch_python() is None:
         absent.append("litert-torch (its own venv: pip install -r requirements-litert-torch.txt"
                       ", then set ELIZA_LITERT_TORCH_PYTHON)")
+    if what == "hf-llama-cpp" and llama_cpp_converter() is None:
+        absent.append("llama.cpp's convert_hf_to_gguf.py (scripts/install-convert.sh unpacks "
+                      "it from the llama-cpp-python sdist; or set ELIZA_LLAMA_CPP_CONVERTER to "
+                      "the script in a llama.cpp tree of the installed version)")
     if absent:
         raise MissingToolError(
             f"converting to {what} needs {', '.join(absent)}, which are not installed here: "
@@ -83,7 +106,8 @@ def require(what: str) -> None:
 
 def can_make(what: str) -> bool:
     """True when every tool ``what`` needs is installed (found, not imported)."""
-    return not missing(what) and (what != "litert" or litert_torch_python() is not None)
+    return not missing(what) and (what != "litert" or litert_torch_python() is not None) \
+        and (what != "hf-llama-cpp" or llama_cpp_converter() is not None)
 
 
 def versions() -> dict[str, str]:
@@ -109,6 +133,6 @@ def code_hash(*modules: str) -> str:
     return h.hexdigest()
 
 
-__all__ = ["EXTRA", "MissingToolError", "can_make", "code_hash", "missing", "require",
-           "versions"]
+__all__ = ["EXTRA", "MissingToolError", "can_make", "code_hash", "llama_cpp_converter",
+           "missing", "require", "versions"]
 

@@ -155,6 +155,20 @@ class LiteRTFactory(Factory):
         return (f"{ladder.chosen.label} rung: rank {ladder.chosen.rank}, above llama.cpp "
                 f"({ladder.summary()})")
 
+    def describe(self, bundle_dir: str | os.PathLike[str]) -> str:
+        """The artifact a stream would load; for a ``.litertlm``, the model type its
+        LlmMetadata declares (a header read: the weights are not touched)."""
+        where = super().describe(bundle_dir)
+        if not where.endswith(".litertlm"):
+            return where
+        from .container import read_container
+
+        try:
+            kind = read_container(os.path.join(bundle_dir, where)).llm_metadata().model_type
+        except BundleError:
+            return where
+        return f"{where} (LiteRT-LM model type {kind})" if kind else where
+
     def open(self, context: InferenceContext, config: StreamConfig) -> Session:
         # LiteRT writes its load-time log lines to fd 2 itself: route them into logging (and
         # the ones it writes when the process exits: DestroyAccelerator ...)

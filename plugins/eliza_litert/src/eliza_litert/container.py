@@ -73,6 +73,14 @@ class LlmMetadata:
     stop_token_strs: tuple[str, ...] = ()
     max_num_tokens: int | None = None
     jinja_prompt_template: str | None = None
+    #: ``llm_model_type``'s case (``gemma4``, ``generic_model``, ...); None when absent
+    model_type: str | None = None
+
+
+#: LiteRT-LM's ``LlmModelType`` oneof: field number -> case name (litert-lm 0.18)
+MODEL_TYPES = {1: "generic_model", 2: "gemma3n", 3: "function_gemma", 4: "gemma3", 5: "qwen3",
+               7: "qwen2p5", 8: "gemma4", 9: "fast_vlm", 11: "lfm2", 12: "minicpm5",
+               13: "minicpmv4"}
 
 
 @dataclass(frozen=True)
@@ -364,6 +372,7 @@ def parse_llm_metadata(data: bytes, path: Path | str = "LlmMetadata") -> LlmMeta
     stop_strs: list[str] = []
     max_tokens: int | None = None
     template: str | None = None
+    model_type: str | None = None
     for num, _wire, value in _fields(data, p):
         if num == 1 and isinstance(value, bytes):
             start_ids, start_str = _token_union(value, p)
@@ -377,8 +386,11 @@ def parse_llm_metadata(data: bytes, path: Path | str = "LlmMetadata") -> LlmMeta
             max_tokens = value
         elif num == 7 and isinstance(value, bytes):
             template = value.decode("utf-8", "replace")
+        elif num == 6 and isinstance(value, bytes):
+            cases = [n for n, _w, _v in _fields(value, p)]
+            model_type = MODEL_TYPES.get(cases[0], f"type {cases[0]}") if cases else None
     return LlmMetadata(start_ids, start_str, tuple(stop_ids), tuple(stop_strs), max_tokens,
-                       template)
+                       template, model_type)
 
 
 # ------------------------------------------------------------------------------ .tflite

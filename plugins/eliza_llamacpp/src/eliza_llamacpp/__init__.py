@@ -142,6 +142,16 @@ class LlamaCppFactory(Factory):
             return self.draft_artifact(bundle_dir, config)
         return self._drafts(bundle_dir, mtp=True)[0]
 
+    def describe(self, bundle_dir: str | os.PathLike[str]) -> str:
+        """The GGUF a stream would load and its ``general.architecture`` (a header probe)."""
+        from .gguf_header import gguf_architecture
+
+        where = super().describe(bundle_dir)
+        if not where:
+            return where
+        arch = gguf_architecture(Path(bundle_dir) / where)
+        return f"{where} (GGUF architecture {arch})" if arch else where
+
     def drafters(self, bundle_dir: str | os.PathLike[str]) -> dict[str, str]:
         """What each drafter would use on ``bundle_dir`` (for explain / ``select --explain``)."""
         root = Path(bundle_dir)

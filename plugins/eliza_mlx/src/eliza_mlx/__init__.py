@@ -14,6 +14,7 @@ forward per step through :mod:`eliza_mlx.batch_engine` (``capabilities.batched``
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -93,6 +94,21 @@ class MLXFactory(Factory):
         if find_artifacts(bundle_dir, MLX_FORMATS) and (mlx.ok or not coreml.ok):
             return True
         return bool(find_artifacts(bundle_dir, COREML_FORMATS)) and (coreml.ok or not mlx.ok)
+
+    def describe(self, bundle_dir: str | os.PathLike[str]) -> str:
+        """The MLX folder (else the Core ML package) a stream would load; for an MLX folder
+        its ``config.json`` ``model_type`` (the architecture mlx-lm builds)."""
+        folders = find_artifacts(bundle_dir, MLX_FORMATS)
+        if not folders:
+            found = find_artifacts(bundle_dir, COREML_FORMATS)
+            return found[0].relative_to(bundle_dir).as_posix() if found else ""
+        where = folders[0].relative_to(bundle_dir).as_posix()
+        try:
+            kind = json.loads((folders[0] / "config.json").read_text(encoding="utf-8")) \
+                .get("model_type")
+        except (OSError, ValueError, AttributeError):
+            kind = None
+        return f"{where} (model_type {kind})" if isinstance(kind, str) else where
 
     def cannot_serve_reason(self, bundle_dir: str | os.PathLike[str]) -> str:
         coreml = coreml_status()

@@ -1,0 +1,53 @@
+"""GGUF by llama.cpp's own ``convert_hf_to_gguf.py``: the writer for architectures whose
+tensor layout and metadata llama.cpp defines and this package does not re-implement (Gemma 4
+and its MTP assistant: per-layer embeddings, shared-KV layers, proportional rope frequencies,
+the assistant's pre/post projections).
+
+The script is the one vendored in the installed llama-cpp-python's llama.cpp tree (see
+:func:`.toolchain.llama_cpp_converter`), run in a subprocess of this interpreter (it needs torch
+and transformers) with that tree's own ``gguf-py``. The model's name in the GGUF
+(``general.name``) is llama.cpp's, from the folder's name, as when the script is run by hand.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from ..errors import BundleError
+
+
+def converter_hash(script: Path) -> str:
+    """sha256 over the script and the ``conversion/`` and ``gguf-py/gguf/`` sources beside it
+    (keys the stages whose GGUF it writes)."""
+    h = hashlib.sha256()
+    tree = script.parent
+    files = [script, *sorted((tree / "conversion").glob("*.py")),
+             *sorted((tree / "gguf-py" / "gguf").rglob("*.py"))]
+    for f in files:
+        h.update(f.relative_to(tree).as_posix().encode() + b"\0")
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def convert_hf_to_gguf(script: Path, hf_dir: Path, out: Path, log_path: Path,
+                       outtype: str = "f32") -> None:
+    """Write ``out`` from the Hugging Face folder ``hf_dir`` with llama.cpp's converter at
+    ``outtype``; :class:`BundleError` with the log's tail when it fails."""
+    env = dict(os.environ)
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONHASHSEED="0")
+    env.pop("NO_LOCAL_GGUF", None)  # the tree's own gguf-py, matching its conversion/
+    cmd = [sys.executable, str(script), str(hf_dir), "--outfile", str(out),
+           "--outtype", outtype]
+    with open(log_path, "ab") as log:
+        done = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, check=False)
+    if done.returncode != 0 or not out.is_file():
+        tail = log_path.read_text(errors="replace")[-2000:]
+        raise BundleError(f"llama.cpp's convert_hf_to_gguf.py failed on {hf_dir} (exit "
+                          f"{done.returncode}); log {log_path}:\n{tail}")
+
+
+__all__ = ["convert_hf_to_gguf", "converter_hash"]
