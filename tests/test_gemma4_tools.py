@@ -27,27 +27,17 @@ TEMPLATE = (ROOT / "tests" / "fixtures" / "templates" /
 BUNDLE = ROOT / "examples" / "bundles" / "gemma4-tiny"
 Q = '<|"|>'
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Weather for a city",
-    "parameters": {"type": "object", "properties": {
-        "city": {"type": "string", "description": "City name"},
-        "days": {"type": "integer"}}, "required": ["city"]}}}
-CONFIG = {"type": "function", "function": {
-    "name": "set_config", "description": "Set options",
-    "parameters": {"type": "object", "properties": {"config": {"type": "object"}}}}}
-TOOLS = [WEATHER, CONFIG]
-NESTED = {"config": {"theme": "dark", "sizes": [1, 2.5, -3], "on": True, "tags": ["a b", "c"]}}
-CONVERSATION: list[dict[str, Any]] = [
-    {"role": "system", "content": "Be brief."},
-    {"role": "user", "content": "Weather in Paris, and set dark mode?"},
-    {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c0", "type": "function", "function": {
-            "name": "get_weather", "arguments": json.dumps({"city": "Paris", "days": 2})}},
-        {"id": "c1", "type": "function", "function": {
-            "name": "set_config", "arguments": json.dumps(NESTED)}}]},
-    {"role": "tool", "tool_call_id": "c0", "content": "sunny"},
-    {"role": "tool", "tool_call_id": "c1", "content": "ok"},
-]
+#: conversations and the prompts llama.cpp's template engine rendered for them
+#: (tools/gemma4_template_reference.py)
+LLAMA_SERVER = json.loads((ROOT / "tests" / "fixtures" / "templates" /
+                           "gemma4-llama-server.json").read_text(encoding="utf-8"))
+CASES = {c["name"]: c for c in LLAMA_SERVER["cases"]}
+TOOLS: list[dict[str, Any]] = LLAMA_SERVER["tools"]
+WEATHER = TOOLS[0]
+#: system, user, an assistant turn calling get_weather and set_config (nested arguments), and
+#: both results
+CONVERSATION: list[dict[str, Any]] = CASES["calls_and_results"]["messages"]
+NESTED = json.loads(CONVERSATION[2]["tool_calls"][1]["function"]["arguments"])
 
 
 def _plain_jinja(template: str, messages: list[dict[str, Any]], **extra: Any) -> str:
@@ -111,10 +101,6 @@ def test_final_answer_after_results_closes_the_model_turn() -> None:
                         "<|turn>model\n<|channel>thought\n<channel|>")
     assert got == _plain_jinja(TEMPLATE, msgs, add_generation_prompt=True, bos_token="",
                                **extra)
-
-
-LLAMA_SERVER = json.loads((ROOT / "tests" / "fixtures" / "templates" /
-                           "gemma4-llama-server.json").read_text(encoding="utf-8"))
 
 
 @pytest.mark.parametrize("case", LLAMA_SERVER["cases"], ids=[c["name"] for c in

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 CALL_OPEN = "<|tool_call>call:"
@@ -124,10 +124,8 @@ def _value(text: str, pos: int, depth: int) -> tuple[Any, int]:
 
 def _dict(text: str, pos: int, depth: int) -> tuple[dict[str, Any], int]:
     out: dict[str, Any] = {}
-    pos = _skip(text, pos + 1)  # past '{'
-    if text.startswith("}", pos):
-        return out, pos + 1
-    while True:
+
+    def member(pos: int) -> int:
         colon = pos
         while colon < len(text) and text[colon] not in ":}":
             colon += 1
@@ -137,27 +135,34 @@ def _dict(text: str, pos: int, depth: int) -> tuple[dict[str, Any], int]:
         if key.startswith(QUOTE) and key.endswith(QUOTE) and len(key) >= 2 * len(QUOTE):
             key = key[len(QUOTE):-len(QUOTE)]  # the template's escape_keys form
         out[key], pos = _value(text, _skip(text, colon + 1), depth)
-        pos = _skip(text, pos)
-        if text.startswith("}", pos):
-            return out, pos + 1
-        if not text.startswith(",", pos):
-            raise _Malformed(f"no ',' or '}}' at {pos}")
-        pos = _skip(text, pos + 1)
+        return pos
+
+    return out, _items(text, pos, "}", member)
 
 
 def _list(text: str, pos: int, depth: int) -> tuple[list[Any], int]:
     out: list[Any] = []
-    pos = _skip(text, pos + 1)  # past '['
-    if text.startswith("]", pos):
-        return out, pos + 1
+
+    def item(pos: int) -> int:
+        value, pos = _value(text, pos, depth)
+        out.append(value)
+        return pos
+
+    return out, _items(text, pos, "]", item)
+
+
+def _items(text: str, pos: int, close: str, read: Callable[[int], int]) -> int:
+    """Reads ``open item (, item)* close`` from the opening bracket at ``pos`` with ``read``
+    (which returns where its item ends); returns the position after ``close``."""
+    pos = _skip(text, pos + 1)
+    if text.startswith(close, pos):
+        return pos + 1
     while True:
-        item, pos = _value(text, pos, depth)
-        out.append(item)
-        pos = _skip(text, pos)
-        if text.startswith("]", pos):
-            return out, pos + 1
+        pos = _skip(text, read(pos))
+        if text.startswith(close, pos):
+            return pos + 1
         if not text.startswith(",", pos):
-            raise _Malformed(f"no ',' or ']' at {pos}")
+            raise _Malformed(f"no ',' or '{close}' at {pos}")
         pos = _skip(text, pos + 1)
 
 
