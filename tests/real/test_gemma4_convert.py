@@ -72,8 +72,8 @@ def converted() -> Path:
     target, assistant = sources(work)
     out = cache_dir() / "bundles" / "gemma4-tiny"
     done = run_convert(target, out, "--draft", str(assistant), "--formats",
-                       "gguf,mlx,litert,coreml", "--prefill-lengths", "32,128", "--cache-length", "1024",
-                       "--name", "gemma4-tiny", "--verify")
+                       "gguf,mlx,litert,coreml", "--prefill-lengths", "32,128",
+                       "--cache-length", "1024", "--name", "gemma4-tiny", "--verify")
     if done.returncode != 0:
         pytest.fail(f"bundle convert failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
     return out

@@ -13,10 +13,11 @@ more than ``sliding_window`` positions back themselves.
 coremltools cannot trace transformers' own modules (mask code with ``aten::diff``, cache
 classes), so the network is rewritten here in plain torch ops (:func:`plain_module`) for llama
 and Gemma 3, and in :mod:`.coreml_gemma4` for Gemma 4 (whose cache holds only the layers that
-compute keys, padded to the largest head size: see there). What Linux can check, :func:`convert_coreml` checks before and after
-converting: the traced module, run step by step through its own KV state, gives transformers'
-float32 logits (prefill and decode, past the sliding window for Gemma); the saved package's
-spec loads and has exactly the inputs, states and output the session expects.
+compute keys, padded to the largest head size: see there). What Linux can check,
+:func:`convert_coreml` checks before and after converting: the traced module, run step by
+step through its own KV state, gives transformers' float32 logits (prefill and decode, past
+the sliding window for Gemma); the saved package's spec loads and has exactly the inputs,
+states and output the session expects.
 """
 
 from __future__ import annotations
