@@ -27,7 +27,7 @@ from eliza_backends import open_stream
 from eliza_backends.bundle import load_manifest
 from eliza_backends.testing import generated_tokens, run_to_end
 
-from .models import ROOT, cache_dir, convert_python
+from .models import ROOT, cache_dir, checked_coreml, convert_python
 
 BUNDLE = ROOT / "examples" / "bundles" / "gemma4-tiny"
 ORACLE = json.loads((BUNDLE / "oracle.json").read_text(encoding="utf-8"))
@@ -189,18 +189,7 @@ def test_the_core_ml_package_is_converted_and_checked(bundle: Path) -> None:
     transformers' float32 logits, and that the saved package has the session's inputs,
     states and output; the states hold only the two layers that compute keys, padded to the
     global layers' head size (64)."""
-    from eliza_backends.convert.coreml_out import IDS, KEYS, LOGITS, MASK, TOLERANCE, VALUES
-
-    report = json.loads((bundle / "convert.json").read_text(encoding="utf-8"))
-    checked = report["coreml_checked"]["fp32"]
-    exact = checked["traced_vs_transformers"]["float32_cache"]
-    assert exact["top1_agree"] == exact["positions"] > 32  # past the sliding window
-    assert exact["max_abs_logit_diff"] <= TOLERANCE
-    half = checked["traced_vs_transformers"]["float16_cache"]  # the cache as Core ML holds it
-    assert half["top1_agree"] >= 0.9 * half["positions"], half
-    spec = checked["spec"]
-    assert sorted(spec["inputs"]) == sorted([IDS, MASK])
-    assert sorted(spec["states"]) == sorted([KEYS, VALUES]) and spec["outputs"] == [LOGITS]
+    spec = checked_coreml(bundle, 33)  # past the 32-token sliding window
     assert spec["state_shape"] == [2, 1, 1, 1024, 64]
     arts = {a.path: a for a in load_manifest(bundle).artifacts}
     assert arts["text/gemma4-tiny-fp32.mlpackage"].format == "mlpackage"
