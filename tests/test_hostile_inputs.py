@@ -338,6 +338,9 @@ def _cli_cases(tmp: Path) -> Iterator[tuple[list[str], bool]]:
     yield ["serve", str(TINY_BUNDLE), "--log-level", "bogus"], True
     yield ["serve", str(TINY_BUNDLE), "--port", "70000"], True
     yield ["serve", str(TINY_BUNDLE), "--threads", "70000"], True
+    yield ["serve", str(TINY_BUNDLE), "--parallel", "0"], True
+    yield ["serve", str(TINY_BUNDLE), "--parallel", "4", "--sessions", "2"], True
+    yield ["serve", str(TINY_BUNDLE), "--parallel", "4", "--sessions", "1"], False
     yield ["generate", str(TINY_BUNDLE), "hi", "--option", "nocolon"], True
     yield ["generate", str(TINY_BUNDLE), "hi", "--temperature", "-3"], True
     yield ["generate", str(TINY_BUNDLE), "hi", "--top-p", "1.5"], True

@@ -1,6 +1,7 @@
 """Batch generation on Ray Data (issue 20): 200 rows on 2 actors of a local Ray cluster give
-exactly the in-process API's answers, in order; bad rows fail alone; cancelling frees the
-actors. One Ray session (2 CPUs, no dashboard) serves the whole test session."""
+the in-process API's answers, in order (each actor runs its rows batched on llama.cpp: a reply
+may leave the solo one only at a near-tie, see near_ties.py); bad rows fail alone; cancelling
+frees the actors. One Ray session (2 CPUs, no dashboard) serves the whole test session."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pyarrow as pa
 import pytest
 import ray
 from conftest import ROOT, TINY_BUNDLE
+from near_ties import NEAR_TIE, assert_same_or_near_tie, divergence_gap
 
 from eliza_backends import InferenceContext, chat_completion, completion
 from eliza_backends.ray import RESULT_COLUMNS, BatchGenerator, generate
@@ -89,6 +91,25 @@ def test_batch_generator_in_process_row_errors() -> None:
         assert out[bad]["text"] is None and out[bad]["response"] is None
 
 
+def test_a_batch_runs_on_parallel_lanes_in_order() -> None:
+    """Without a cluster: 12 rows (one bad) on 3 lanes of one parallel context (one batched
+    generation where the backend batches); every row equals the in-process answer, in order,
+    and the bad one fails alone."""
+    items = rows(12)
+    items[5] = {**items[5], "max_tokens": 10_000}
+    want = in_process(items)
+    with BatchGenerator(TINY_BUNDLE, config=CONFIG, parallel=3, max_tokens=MAX_TOKENS) as gen:
+        out = gen(pa.Table.from_pylist(items)).to_pylist()
+        assert gen.lanes.parallel == 3 and gen.context.parallel == 3
+    assert [r["id"] for r in out] == list(range(12))
+    assert out[5]["error_code"] == "ELIZA_ERR_CONTEXT_FULL" and out[5]["text"] is None
+    good = [i for i in range(12) if i != 5]
+    assert_same_or_near_tie(TINY_BUNDLE, [items[i]["messages"] or items[i]["prompt"]
+                                          for i in good],
+                            [out[i]["text"] for i in good], [want[i] for i in good],
+                            max_tokens=MAX_TOKENS, config=CONFIG)
+
+
 def test_unknown_default_field_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown request fields"):
         BatchGenerator(TINY_BUNDLE, max_token=3)
@@ -101,13 +122,20 @@ def test_200_rows_on_two_actors_equal_in_process_in_order(cluster: None) -> None
     out = generate(dataset, TINY_BUNDLE, actors=2, batch_size=10, config=CONFIG,
                    max_tokens=MAX_TOKENS).take_all()
     assert [r["id"] for r in out] == list(range(200))
+    flipped = []
     for row, want in zip(out, expected, strict=True):
         if row["id"] in BAD:
             assert row["error"] and row["text"] is None, row
         else:
             assert row["error"] is None, row
-            assert row["text"] == want, row["id"]
+            if row["text"] != want:  # rows run batched: only a near-tie may flip (near_ties)
+                item = items[row["id"]]
+                gap = divergence_gap(TINY_BUNDLE, item["messages"] or item["prompt"],
+                                     row["text"], max_tokens=MAX_TOKENS, config=CONFIG)
+                assert gap is not None and gap < NEAR_TIE, (row["id"], row["text"], want, gap)
+                flipped.append(row["id"])
             assert row["completion_tokens"] <= MAX_TOKENS
+    assert len(flipped) <= 20, flipped  # 5-7 of 200 measured (gaps 8e-5 to 2e-3 nats)
     assert out[57]["error_code"] == "ELIZA_ERR_CONTEXT_FULL"
     assert out[123]["error_code"] == "invalid_request_error"
     assert {r["backend"] for r in out} == {"llama.cpp"}

@@ -71,6 +71,11 @@ def test_app_builder_takes_serve_cli_strings() -> None:
     assert replica.init_kwargs["sessions"] == 2 and replica.init_kwargs["queue"] == 8
     with pytest.raises(ValueError, match="replicas"):
         app_builder({"bundle": str(TINY_BUNDLE), "replicas": "2"})
+    batched = app_builder({"bundle": str(TINY_BUNDLE), "parallel": "4"})._bound_deployment
+    assert batched.init_kwargs["parallel"] == 4 and batched.init_kwargs["sessions"] is None
+    assert batched.max_ongoing_requests == 4 + 16 == batched.init_kwargs["capacity"]
+    auto = app_builder({"bundle": str(TINY_BUNDLE)})._bound_deployment
+    assert auto.init_kwargs["parallel"] == "auto" and auto.max_ongoing_requests == 8 + 32
 
 
 def ask(client: openai.OpenAI, question: str) -> tuple[str | None, str, str]:

@@ -86,6 +86,11 @@ if TYPE_CHECKING:  # what the names in _LAZY are, for type checkers (tests/test_
         explain as explain,
         select as select,
     )
+    from .batch import (
+        BatchResponse as BatchResponse,
+        BatchResult as BatchResult,
+        generate_batch as generate_batch,
+    )
     from .stream import (
         Stream as Stream,
         StreamMetrics as StreamMetrics,
@@ -142,6 +147,9 @@ _LAZY: dict[str, str] = {
     "SelectionReport": "selector",
     "explain": "selector",
     "select": "selector",
+    "BatchResponse": "batch",
+    "BatchResult": "batch",
+    "generate_batch": "batch",
     "Stream": "stream",
     "StreamMetrics": "stream",
     "aopen_stream": "stream",
@@ -193,6 +201,9 @@ def _submodule(name: str) -> ModuleType:
     if name == "selector":
         from . import selector
         return selector
+    if name == "batch":
+        from . import batch
+        return batch
     if name != "stream":
         raise AssertionError(f"_LAZY names an unknown module: {name}")
     from . import stream

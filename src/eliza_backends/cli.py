@@ -8,7 +8,8 @@
     eliza-backends chat BUNDLE [--backend NAME] [--system TEXT]
     eliza-backends bench BUNDLE [--backend NAME]... [--prompt-tokens N] [--gen-tokens N]
                          [--repeat N] [--json]
-    eliza-backends serve BUNDLE [--host 127.0.0.1] [--port 8000] [--backend NAME] [--sessions N]
+    eliza-backends serve BUNDLE [--host 127.0.0.1] [--port 8000] [--backend NAME]
+                         [--parallel N | --sessions N]
     eliza-backends bundle create OUT ARTIFACT... [--draft ARTIFACT] [--name NAME] [--link]
                                  [--json]
     eliza-backends bundle verify BUNDLE [--no-hash] [--json]
@@ -453,7 +454,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = StreamConfig(**_config_from_args(args))
     try:
         return serve(args.bundle, host=args.host, port=args.port, backend=args.backend,
-                     sessions=args.sessions, queue=args.queue, config=config,
+                     sessions=args.sessions, parallel=args.parallel, queue=args.queue,
+                     config=config,
                      model=args.model_name, grace=args.grace, log_format=args.log_format,
                      log_level=args.log_level)
     except OSError as exc:
@@ -689,13 +691,19 @@ _COMMANDS: tuple[tuple[str, str, tuple[_Step, ...], dict[str, Any]], ...] = (
         _BUNDLE_ARG,
         _arg("--host", default="127.0.0.1", help="address to listen on"),
         _arg("--port", type=int_in(0, 65535), default=8000, help="TCP port (0: any free one)"),
-        _arg("--sessions", type=int_in(1, 1024), default=1,
-             help="concurrent generations over one model load"),
+        _arg("--parallel", type=int_in(1, 1024), metavar="N",
+             help="concurrent generations batched in one runtime context (continuous "
+             "batching; they share every core); a backend that does not batch runs N "
+             "independent sessions and says so (default: 8 on a batching backend, else 1)"),
+        _arg("--sessions", type=int_in(1, 1024), metavar="N",
+             help="concurrent generations as N independent sessions, the cores split among "
+             "them (instead of --parallel)"),
         _arg("--queue", type=int_in(0), help="requests that may wait for a session before "
              "the server answers 429 (default: 4 per session)"),
         _arg("--model-name", help="the model id clients send (default: the bundle's name)"),
         lambda p: _stream_flags(p, "--context-size", "--batch-size"),
-        _arg("--threads", type=int_in(1, 1024), help="compute threads per session "
+        _arg("--threads", type=int_in(1, 1024), help="compute threads: of the batched "
+             "context with --parallel (default: every core), per session with --sessions "
              "(default: the cores divided among the sessions)"),
         _arg("--temperature", type=float_in(0.0), help="default when a request has none "
              "(default: 0)"),

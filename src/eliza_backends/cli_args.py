@@ -106,6 +106,11 @@ def check_args(args: argparse.Namespace, stream_fields: Callable[[argparse.Names
         check_input(args.bundle, "BUNDLE")
     if command in ("generate", "chat", "serve", "bench"):
         check_stream_config(stream_fields(args))
+    if command == "serve" and args.parallel is not None and (args.sessions or 1) > 1:
+        raise InvalidArgumentError(
+            f"--sessions {args.sessions} and --parallel {args.parallel}: give one of them "
+            "(--parallel N batches N generations in one runtime context sharing every core; "
+            "--sessions N runs N independent sessions splitting the cores)")
     if command == "bundle" and sub == "verify":
         check_input(args.bundle, "BUNDLE")
     if command == "bundle" and sub == "create":

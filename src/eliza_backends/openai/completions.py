@@ -41,7 +41,7 @@ from ..errors import ContextFullError, InvalidArgumentError
 from ..stream import Stream, open_stream
 from ..structured.logits import OutputSpec
 from ..structured.logprobs import TokenLogprob
-from .tools import Tool, parse_reply, prepare_messages
+from .tools import Tool, native_calls, parse_reply, prepare_messages
 from .types import (
     AssistantMessage,
     ChatChoice,
@@ -153,6 +153,8 @@ class Generation:
         #: a tool-call reply, parsed when it ends: the calls (OpenAI shape) or the content
         self.tool_calls: list[dict[str, Any]] = []
         self.content: str | None = None
+        #: the reply is read in the model's own call syntax (Gemma 4, ``tool_choice`` auto)
+        self.native_calls = False
         self.prompt_tokens = 0
         self.cached_tokens = 0
         self.completion_tokens = 0
@@ -173,6 +175,7 @@ class Generation:
                     self.stream.session.chat_template or ""
                 msgs, extra = prepare_messages(items, self.tools,  # type: ignore[arg-type]
                                                self.tool_choice, template)
+                self.native_calls = native_calls(template, self.tool_choice)
                 return self.stream.chat_tokens(msgs, tools=extra.get("tools"))
             return self.stream.chat_tokens(items)  # type: ignore[arg-type]
         return items  # type: ignore[return-value]  # token ids: checked by prefill
@@ -203,7 +206,10 @@ class Generation:
                 f"this model's context window is {window} tokens, but {len(ids) + self.max_tokens}"
                 f" were requested ({len(ids)} in the prompt, {self.max_tokens} in max_tokens): "
                 "lower max_tokens, shorten the prompt, or use a larger context size")
-        self.stream.session.set_output(self.output)
+        output = self.output
+        if self.native_calls and output is not None:  # the model's own syntax, parsed after
+            output = OutputSpec(None, output.logprobs, output.top_logprobs)
+        self.stream.session.set_output(output if output is None or output.active else None)
         self.stream.set_turn(max_tokens=self.max_tokens or window - len(ids), stop=self.stop)
         prefilled = self.stream.prefill_reusing(ids)
         self.prompt_tokens = len(ids)
@@ -240,7 +246,8 @@ class Generation:
             return text
         if self.finish_reason is None:  # a tool-call reply is parsed whole at its end
             return ""
-        self.content, self.tool_calls = parse_reply(self.text)
+        self.content, self.tool_calls = parse_reply(
+            self.text, native=self.tools if self.native_calls else None)
         if self.tool_calls and self.finish_reason == "stop":
             self.finish_reason = "tool_calls"
         return self.content or ""
@@ -270,9 +277,10 @@ class Generation:
 
     @property
     def holds_reply(self) -> bool:
-        """True for a tool-call request: its text is JSON, returned parsed when it ends."""
-        return bool(self.tools) and self.output is not None and \
-            self.output.constraint is not None
+        """True for a tool-call request: its text is JSON (or Gemma 4 call syntax), returned
+        parsed when it ends."""
+        constrained = self.output is not None and self.output.constraint is not None
+        return bool(self.tools) and (self.native_calls or constrained)
 
     @property
     def text(self) -> str:

@@ -14,9 +14,13 @@ or content. Tool results come back as ``{"role": "tool", "tool_call_id", "conten
 and earlier assistant turns with ``tool_calls`` as the JSON the model wrote
 (:func:`prepare_messages`), so the conversation the model sees is the one it produced.
 
-Limit: the answer format is this JSON, not a model's own trained call syntax (Hermes
-``<tool_call>`` tags, Llama 3.1's ``<|python_tag|>``): one format, parsed the same way for every
-model and backend.
+Gemma 4 is the exception (:mod:`eliza_backends.openai.gemma4_calls`): with its own template
+and ``tool_choice="auto"``, the reply is left unconstrained and read in Gemma 4's trained syntax
+(``<|tool_call>call:name{key:<|"|>text<|"|>}<tool_call|>``), and earlier calls are rendered by
+the template in that syntax. ``"required"`` or a named tool keep the JSON constraint.
+
+Limit: for other models the answer format is this JSON, not their own trained call syntax
+(Hermes ``<tool_call>`` tags, Llama 3.1's ``<|python_tag|>``).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Any
 
 from ..errors import InvalidArgumentError
 from ..structured.constraint import Constraint
+from .gemma4_calls import is_gemma4_template, parse_gemma4_reply
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -153,16 +158,23 @@ def prepare_messages(messages: Sequence[Mapping[str, Any]], tools: Sequence[Tool
                      tool_choice: str | Mapping[str, Any] | None, template: str
                      ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The messages (and extra template variables) a chat template renders for a request with
-    ``tools``: earlier assistant ``tool_calls`` become the JSON the model wrote; ``tool``
-    results are kept as ``tool`` messages when the template renders tools, else become user
-    messages naming the call; without template support, a system message lists the tools."""
+    ``tools``: earlier assistant ``tool_calls`` become the JSON the model wrote (for a Gemma 4
+    template, :func:`is_gemma4_template`, they stay ``tool_calls`` with ``arguments`` decoded,
+    for the template to write in Gemma's own syntax); ``tool`` results are kept as ``tool``
+    messages when the template renders tools, else become user messages naming the call;
+    without template support, a system message lists the tools."""
     allowed, required = chosen_tools(tools, tool_choice)
     native = template_renders_tools(template)
+    gemma4 = is_gemma4_template(template)
     out: list[dict[str, Any]] = []
     for m in messages:
         msg = dict(m)
         calls = msg.pop("tool_calls", None)
-        if msg.get("role") == "assistant" and calls:
+        if msg.get("role") == "assistant" and calls and gemma4:
+            msg["tool_calls"] = [{**c, "function": {
+                **c["function"], "arguments": _arguments(c["function"].get("arguments", "{}"))}}
+                for c in calls]  # the template writes a mapping in its own call syntax
+        elif msg.get("role") == "assistant" and calls:
             msg["content"] = json.dumps({"tool_calls": [
                 {"name": c["function"]["name"],
                  "arguments": _arguments(c["function"].get("arguments", "{}"))}
@@ -196,10 +208,23 @@ def _arguments(raw: Any) -> Any:
     return raw
 
 
-def parse_reply(text: str) -> tuple[str | None, list[dict[str, Any]]]:
+def native_calls(template: str, tool_choice: str | Mapping[str, Any] | None) -> bool:
+    """Whether the reply is left unconstrained and read in the model's own call syntax: a
+    Gemma 4 template (:func:`is_gemma4_template`) with ``tool_choice`` ``"auto"`` (or unset).
+    ``"required"``, a named tool and ``"none"`` keep the JSON constraint (or none)."""
+    return is_gemma4_template(template) and tool_choice in (None, "auto")
+
+
+def parse_reply(text: str, *, native: Sequence[Tool] | None = None
+                ) -> tuple[str | None, list[dict[str, Any]]]:
     """(content, tool_calls) of a constrained reply: OpenAI ``tool_calls`` items (``id``,
     ``type``, ``function: {name, arguments}``, arguments as JSON text), or the ``content``.
-    Text that is not such JSON (a reply cut short by ``max_tokens``) is returned as content."""
+    Text that is not such JSON (a reply cut short by ``max_tokens``) is returned as content.
+    ``native``: the tools offered to an unconstrained Gemma 4 reply (:func:`native_calls`);
+    the text is then read in Gemma 4's own syntax
+    (:func:`~eliza_backends.openai.gemma4_calls.parse_gemma4_reply`), same rule for bad text."""
+    if native is not None:
+        return parse_gemma4_reply(text, {t.name for t in native})
     try:
         data = json.loads(text)
     except ValueError:
@@ -217,5 +242,5 @@ def parse_reply(text: str) -> tuple[str | None, list[dict[str, Any]]]:
     return text, []
 
 
-__all__ = ["Tool", "chosen_tools", "instructions", "parse_reply", "parse_tools",
+__all__ = ["Tool", "chosen_tools", "instructions", "native_calls", "parse_reply", "parse_tools",
            "prepare_messages", "reply_constraint", "reply_schema", "template_renders_tools"]

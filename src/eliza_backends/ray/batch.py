@@ -9,13 +9,19 @@
     for row in answers.iter_rows():
         print(row["id"], row["backend"], row["error"] or row["text"])
 
-Each Ray Data actor constructs one :class:`BatchGenerator`: one :class:`InferenceContext`, the
-model loaded once, and one open stream per distinct set of session settings (a greedy batch
-uses one), whose KV cache the next row reuses as far as its prompt shares a prefix (a common
-system prompt is prefilled once per actor, not once per row). Each row is one OpenAI request
-run through the in-process API (:func:`~eliza_backends.chat_completion` /
-:func:`~eliza_backends.completion` on that stream), so a row gives exactly what the same call
-gives in process, and accepts the same fields.
+Each Ray Data actor constructs one :class:`BatchGenerator`: one :class:`InferenceContext`
+opened with ``parallel=N``, the model loaded once, and the N lanes of
+:func:`~eliza_backends.generate_batch` (:class:`~eliza_backends.batch.BatchLanes`) on it. A batch's
+rows run N at a time, one lane each: on a batching backend (llama.cpp) the N sequences share
+one runtime context and are decoded together, one batch per step, so a batch of rows is one
+batched generation; on another backend (``parallel`` defaults to 1 there) the lanes are
+independent sessions. Each lane keeps one open stream (reopened on the same context when a row
+needs other sampling settings), whose KV cache the lane's next row reuses as far as its prompt
+shares a prefix (a common system prompt is prefilled once per lane, not once per row). Each
+row is one OpenAI request run through the in-process API
+(:func:`~eliza_backends.chat_completion` / :func:`~eliza_backends.completion` on its lane's
+stream), so a row gives exactly what the same call gives in process, and accepts the same
+fields.
 
 Rows in, rows out:
 
@@ -49,6 +55,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..backend.context import InferenceContext
+from ..batch import DEFAULT_PARALLEL, BatchLane, BatchLanes
 from ..config import StreamConfig
 from ..errors import ElizaError, InvalidArgumentError
 from ..openai.completions import (
@@ -68,8 +75,7 @@ from ..openai.types import (
     RequestError,
     parse_request,
 )
-from ..stream import Stream, open_stream
-from .resources import worker_config
+from .resources import reserved_cores
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -80,9 +86,6 @@ RESULT_COLUMNS: dict[str, str] = {
     "text": "string", "finish_reason": "string", "prompt_tokens": "int64",
     "completion_tokens": "int64", "response": "string", "error": "string",
     "error_code": "string", "backend": "string", "worker": "string"}
-
-#: Sessions one generator keeps open at most (one per distinct set of sampling settings).
-MAX_STREAMS = 4
 
 #: Row columns that are request fields (``model`` and ``stream`` are the generator's own).
 REQUEST_FIELDS = frozenset(
@@ -123,19 +126,23 @@ class BatchGenerator:
 
     ``bundle``: the bundle directory (on a cluster, a path every worker can read). ``config``:
     the sessions' base settings (context size, threads, backend options, default sampling;
-    without ``threads``, on a Ray actor, the CPUs Ray reserved for it);
-    ``backend``: a hard backend request (else each worker selects its own); ``model``: the id
-    the responses name (default: the bundle's). ``defaults``: request fields every row gets
-    unless its own column says otherwise (e.g. ``max_tokens=64``).
+    without ``threads``, on a Ray actor, the CPUs Ray reserved for it: shared by the lanes of
+    a batched context, divided among independent ones); ``parallel``: rows generated at once
+    (default: :data:`~eliza_backends.batch.DEFAULT_PARALLEL` on a batching backend, 1 on
+    another); ``backend``: a hard backend request (else each worker selects its own);
+    ``model``: the id the responses name (default: the bundle's). ``defaults``: request fields
+    every row gets unless its own column says otherwise (e.g. ``max_tokens=64``).
 
     Construction loads the model and opens one session (raising the backend's
-    :class:`ElizaError` when the bundle cannot be served). One instance serves one thread at
-    a time (Ray Data calls an actor's ``__call__`` serially). :meth:`close` frees the model.
+    :class:`ElizaError` when the bundle cannot be served). One instance serves one caller
+    thread at a time (Ray Data calls an actor's ``__call__`` serially); its lanes are its own
+    threads. :meth:`close` frees the model.
     """
 
     def __init__(self, bundle: str | os.PathLike[str], *,
                  config: StreamConfig | Mapping[str, Any] | None = None,
-                 backend: str | None = None, model: str | None = None, **defaults: Any) -> None:
+                 backend: str | None = None, model: str | None = None,
+                 parallel: int | None = None, **defaults: Any) -> None:
         unknown = sorted(set(defaults) - REQUEST_FIELDS)
         if unknown:
             raise InvalidArgumentError(
@@ -144,39 +151,24 @@ class BatchGenerator:
         self.defaults = {k: _plain(v) for k, v in defaults.items() if v is not None}
         self.model = model or model_name(bundle)
         self.worker = f"{socket.gethostname()}/{os.getpid()}"
-        self.base = serving_config(worker_config(config))
-        self._backend_request = backend
-        self._streams: dict[tuple[tuple[str, Any], ...], Stream] = {}
-        self.context = InferenceContext(bundle)
+        self.context = InferenceContext(bundle, parallel=parallel or DEFAULT_PARALLEL)
         try:
-            self.backend = self._stream(self.base).backend
+            self.lanes = BatchLanes(self.context, serving_config(config), parallel=parallel,
+                               backend=backend, key=session_key, cores=reserved_cores())
         except BaseException:
             self.context.close()
             raise
+        #: the rows' base config (its threads decided by the lanes)
+        self.base = self.lanes.config
+        self.backend = self.lanes.backend
 
-    def _stream(self, config: StreamConfig) -> Stream:
-        """The open stream whose session has ``config``'s settings (opened on first use; past
-        :data:`MAX_STREAMS` settings, the least recently used one is closed)."""
-        key = session_key(config)
-        stream = self._streams.pop(key, None)
-        if stream is None or stream.session.closed:
-            if len(self._streams) >= MAX_STREAMS:
-                self._streams.pop(next(iter(self._streams))).close()
-            stream = open_stream(self.context, config, backend=self._backend_request)
-        self._streams[key] = stream  # most recently used last
-        return stream
-
-    def _drop(self, stream: Stream) -> None:
-        """Forget a stream whose session failed (the next row that needs it opens a new one)."""
-        for key, held in list(self._streams.items()):
-            if held is stream:
-                del self._streams[key]
-        stream.close()
-
-    def complete(self, row: Mapping[str, Any]) -> ChatCompletion | Completion:
-        """The OpenAI response for one row (see the module doc for the columns it reads).
-        Raises :class:`InvalidArgumentError` (:class:`RequestError` for a request that does
-        not validate) or the backend's :class:`ElizaError`."""
+    def complete(self, row: Mapping[str, Any], lane: BatchLane | None = None
+                 ) -> ChatCompletion | Completion:
+        """The OpenAI response for one row (see the module doc for the columns it reads), on
+        ``lane`` (default: the first; call it from one thread per lane). Raises
+        :class:`InvalidArgumentError` (:class:`RequestError` for a request that does not
+        validate) or the backend's :class:`ElizaError`."""
+        lane = lane or self.lanes.lanes[0]
         data = dict(self.defaults)
         data.update({k: _plain(v) for k, v in row.items() if k in REQUEST_FIELDS and v is not None})
         chat = "messages" in data
@@ -188,7 +180,7 @@ class BatchGenerator:
         if request.n > 1 and not config.greedy:
             raise RequestError("n > 1 with sampling is not supported in a batch: give each "
                                "choice its own row with its own seed", param="n")
-        stream = self._stream(config)
+        stream = lane.stream(config)
         try:
             response: ChatCompletion | Completion = (
                 chat_completion(stream, model=self.model, **data) if chat
@@ -197,16 +189,17 @@ class BatchGenerator:
         except InvalidArgumentError:
             raise  # checked before anything ran: the session is intact
         except BaseException:
-            self._drop(stream)
+            lane.drop()  # the next row on this lane opens a new session
             raise
 
-    def result(self, row: Mapping[str, Any]) -> dict[str, Any]:
-        """The result columns (:data:`RESULT_COLUMNS`) for one row; a failure is reported in
-        ``error`` / ``error_code``, never raised."""
+    def result(self, row: Mapping[str, Any], lane: BatchLane | None = None) -> dict[str, Any]:
+        """The result columns (:data:`RESULT_COLUMNS`) for one row (on ``lane``, as
+        :meth:`complete`); a failure is reported in ``error`` / ``error_code``, never
+        raised."""
         out: dict[str, Any] = dict.fromkeys(RESULT_COLUMNS)
         out.update(backend=self.backend, worker=self.worker)
         try:
-            response = self.complete(row)
+            response = self.complete(row, lane)
         except RequestError as exc:
             out.update(error=exc.message, error_code=exc.error_code or "invalid_request_error")
             return out
@@ -231,7 +224,7 @@ class BatchGenerator:
         import pyarrow as pa
 
         rows = batch_rows(batch)
-        results = [self.result(row) for row in rows]
+        results = self.lanes.map(rows, lambda lane, row: self.result(row, lane))
         table = batch if isinstance(batch, pa.Table) else pa.Table.from_pylist(rows)
         for name, kind in RESULT_COLUMNS.items():
             if name in table.column_names:
@@ -241,10 +234,8 @@ class BatchGenerator:
         return table
 
     def close(self) -> None:
-        """Close the streams and free the model; idempotent."""
-        for stream in self._streams.values():
-            stream.close()
-        self._streams.clear()
+        """Close the lanes' streams and free the model; idempotent."""
+        self.lanes.close()
         self.context.close()
 
     def __enter__(self) -> BatchGenerator:
@@ -258,12 +249,13 @@ def generate(dataset: Dataset, bundle: str | os.PathLike[str], *,
              actors: int | tuple[int, int] = 1, cpus_per_actor: float = 1.0,
              batch_size: int = 16, config: StreamConfig | Mapping[str, Any] | None = None,
              backend: str | None = None, model: str | None = None, preserve_order: bool = True,
-             **defaults: Any) -> Dataset:
+             parallel: int | None = None, **defaults: Any) -> Dataset:
     """``dataset`` with every row generated (the result columns of the module doc), on
     ``actors`` Ray actors (a number, or ``(min, max)`` for an autoscaling pool), each reserving
     ``cpus_per_actor`` CPUs and running its sessions on that many threads (unless ``config``
     says ``threads``). ``batch_size`` rows go to an actor at a time. ``preserve_order`` keeps
     the output rows in the input's order (Ray Data otherwise yields batches as they finish).
+    ``parallel`` (rows generated at once on each actor, batched on a batching backend),
     ``config``, ``backend``, ``model`` and ``defaults`` are :class:`BatchGenerator`'s.
 
     Lazy, like every Ray Data transform: nothing runs until the result is consumed
@@ -276,7 +268,8 @@ def generate(dataset: Dataset, bundle: str | os.PathLike[str], *,
         compute=ray.data.ActorPoolStrategy(min_size=size[0], max_size=size[1]),
         num_cpus=cpus_per_actor,
         fn_constructor_kwargs={"bundle": str(Path(bundle).resolve()), "config": config,
-                               "backend": backend, "model": model, **defaults})
+                               "backend": backend, "model": model, "parallel": parallel,
+                               **defaults})
     if preserve_order:  # this dataset's own context (a copy of the driver's)
         generated.context.execution_options.preserve_order = True
     return generated

@@ -3,7 +3,9 @@
 Ray starts each actor with ``num_cpus`` reserved, but a runtime left to its default would
 start one thread per core of the whole node, and several actors on one node would then
 oversubscribe it. :func:`worker_config` gives a config without ``threads`` the actor's
-reservation (divided among its sessions) instead.
+reservation (divided among its sessions, or shared by sessions batched in one runtime
+context: :func:`reserved_cores` is the budget the server pool and the batch lanes divide)
+instead.
 """
 
 from __future__ import annotations
@@ -28,6 +30,13 @@ def reserved_cpus() -> float | None:
     return float(cpus) if cpus else None
 
 
+def reserved_cores() -> int | None:
+    """:func:`reserved_cpus` as a whole number of cores (at least 1); None outside a Ray
+    worker. The CPU budget a pool or lanes divide their threads from."""
+    cpus = reserved_cpus()
+    return None if cpus is None else max(1, int(cpus))
+
+
 def worker_config(config: StreamConfig | Mapping[str, Any] | None, sessions: int = 1
                   ) -> StreamConfig:
     """``config`` as a :class:`StreamConfig`; when it does not say ``threads`` and this runs
@@ -40,4 +49,4 @@ def worker_config(config: StreamConfig | Mapping[str, Any] | None, sessions: int
     return base
 
 
-__all__ = ["reserved_cpus", "worker_config"]
+__all__ = ["reserved_cores", "reserved_cpus", "worker_config"]

@@ -13,11 +13,14 @@ or from the command line, with Ray Serve's own CLI (arguments as ``key=value``, 
 
 Each replica (:class:`OpenAIReplica`) is one Ray actor process running exactly what
 ``eliza-backends serve`` runs: a :class:`~eliza_backends.server.SessionPool` (its own model load,
-``sessions`` concurrent generations, a bounded queue) under the Starlette app of
-:func:`~eliza_backends.server.create_app`, so routes, error bodies and streaming are the same.
-Ray Serve's proxy routes requests to replicas and scales them (``num_replicas``, or
-``autoscaling_config``); ``max_ongoing_requests`` defaults to what a pool accepts (its sessions
-plus its queue), so Serve queues the rest instead of the pool answering 429.
+``parallel`` concurrent generations batched in one runtime context, or ``sessions``
+independent ones, and a bounded queue) under the Starlette app of
+:func:`~eliza_backends.server.create_app`, so routes, error bodies, streaming and ``/health``
+are the same. As with ``serve``, neither given means ``parallel="auto"``: 8 sequences decoded
+together on a batching backend (llama.cpp), one session on another. Ray Serve's proxy routes
+requests to replicas and scales them (``num_replicas``, or ``autoscaling_config``);
+``max_ongoing_requests`` defaults to what a pool accepts (its sessions plus its queue), so
+Serve queues the rest instead of the pool answering 429.
 
 Every response carries ``x-eliza-backend`` (the backend this replica selected: hosts can
 differ) and ``x-eliza-replica`` (``host/pid``); ``/health`` says the same. A replica whose
@@ -34,18 +37,19 @@ import os
 import socket
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from ray import serve
 from ray.serve import Application
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..batch import DEFAULT_PARALLEL
 from ..config import StreamConfig
 from ..openai.completions import model_name
 from ..server.app import create_app
 from ..server.pool import SessionPool
-from .resources import worker_config
+from .resources import reserved_cores
 
 log = logging.getLogger("eliza_backends.ray.serve")
 
@@ -76,20 +80,31 @@ class OpenAIReplica:
     """One Serve replica: a :class:`SessionPool` over ``bundle`` (loaded and opened in the
     constructor, so a bundle that cannot be served fails the replica at start with its
     ``ELIZA_*`` error) behind the OpenAI app. ``config`` (a :class:`StreamConfig` or its
-    fields), ``sessions``, ``queue``, ``backend`` and ``model`` are ``eliza-backends serve``'s.
+    fields), ``sessions``, ``parallel``, ``queue``, ``backend`` and ``model`` are
+    ``eliza-backends serve``'s; the threads come from the CPUs Ray reserved for the replica.
+    ``capacity``: requests Serve may send at once (its ``max_ongoing_requests``): when the
+    pool opens fewer sessions than that assumed (``"auto"`` on a backend that does not
+    batch), its queue takes the difference, so Serve never gets a 429 it did not cause.
     """
 
     def __init__(self, bundle: str, *, config: StreamConfig | Mapping[str, Any] | None = None,
-                 sessions: int = 1, queue: int | None = None, backend: str | None = None,
-                 model: str | None = None, grace: float = 10.0) -> None:
+                 sessions: int | None = None, parallel: int | Literal["auto"] | None = None,
+                 queue: int | None = None, backend: str | None = None,
+                 model: str | None = None, grace: float = 10.0,
+                 capacity: int | None = None) -> None:
         self.model = model or model_name(bundle)
         self.replica = f"{socket.gethostname()}/{os.getpid()}"
         self.grace = grace
-        self.pool = SessionPool(bundle, worker_config(config, sessions), sessions=sessions,
-                                max_queue=queue, backend=backend)
+        if parallel is None and sessions is None:
+            parallel = "auto"
+        self.pool = SessionPool(bundle, StreamConfig.build(config), sessions=sessions or 1,
+                                parallel=parallel, max_queue=queue, backend=backend,
+                                cores=reserved_cores())
         self.pool.open()
-        log.info("replica %s: model %s on %s, %d sessions, queue %d", self.replica, self.model,
-                 self.pool.backend, sessions, self.pool.max_queue)
+        if capacity is not None:
+            self.pool.max_queue = max(self.pool.max_queue, capacity - len(self.pool.slots))
+        log.info("replica %s: model %s on %s, %s, queue %d", self.replica, self.model,
+                 self.pool.backend, self.pool.batching, self.pool.max_queue)
 
     def __serve_build_asgi_app__(self) -> ASGIApp:
         """Serve's hook: the app this replica serves (called once, after the constructor)."""
@@ -131,9 +146,13 @@ class ServeArgs(BaseModel):
     max_replicas: int = Field(4, ge=1, description="Autoscaling: most replicas.")
     target_ongoing_requests: float = Field(
         2.0, gt=0, description="Autoscaling: requests per replica it aims at.")
-    sessions: int = Field(1, ge=1, description="Concurrent generations per replica.")
+    parallel: int | None = Field(None, ge=1, description="Concurrent generations per "
+                                 "replica, batched in one runtime context (default: 8 on a "
+                                 "batching backend, else 1); instead of sessions.")
+    sessions: int | None = Field(None, ge=1, description="Concurrent generations per replica "
+                                 "as independent sessions; instead of parallel.")
     queue: int | None = Field(None, ge=0, description="Requests waiting per replica "
-                              "(default 4 * sessions).")
+                              "(default 4 per session).")
     num_cpus: float = Field(1.0, gt=0, description="CPUs each replica reserves; its sessions "
                             "share that many threads unless config says threads.")
     backend: str | None = Field(None, description="A hard backend request (default: each "
@@ -145,7 +164,8 @@ class ServeArgs(BaseModel):
 
 
 def deployment(bundle: str | os.PathLike[str], *, num_replicas: int | None = 2,
-               autoscaling_config: Mapping[str, Any] | None = None, sessions: int = 1,
+               autoscaling_config: Mapping[str, Any] | None = None,
+               sessions: int | None = None, parallel: int | Literal["auto"] | None = None,
                queue: int | None = None, num_cpus: float = 1.0,
                config: StreamConfig | Mapping[str, Any] | None = None,
                backend: str | None = None, model: str | None = None, grace: float = 10.0,
@@ -155,22 +175,30 @@ def deployment(bundle: str | os.PathLike[str], *, num_replicas: int | None = 2,
 
     ``num_replicas`` fixed replicas, or ``autoscaling_config`` (Serve's dict:
     ``min_replicas``, ``max_replicas``, ``target_ongoing_requests``...; ``num_replicas`` is
-    then ignored). Each replica reserves ``num_cpus`` CPUs and opens ``sessions`` sessions
-    sharing that many compute threads (unless ``config`` says ``threads``), with ``queue``
-    more requests waiting. ``max_ongoing_requests`` (default ``sessions + queue``) is how many
-    requests Serve sends one replica at once. ``options``: any other option of
-    ``serve.deployment`` (``health_check_period_s``, ``ray_actor_options``...)."""
-    waiting = 4 * sessions if queue is None else queue
+    then ignored). Each replica reserves ``num_cpus`` CPUs and runs ``parallel`` generations
+    batched in one runtime context sharing that many compute threads, or ``sessions``
+    independent sessions dividing them (unless ``config`` says ``threads``; neither given:
+    ``parallel="auto"``, counted as 8), with ``queue`` more requests waiting (default: 4 per
+    session). ``max_ongoing_requests`` (default sessions + queue) is how many requests Serve
+    sends one replica at once. ``options``: any other option of ``serve.deployment``
+    (``health_check_period_s``, ``ray_actor_options``...). Asking for both ``sessions`` > 1
+    and ``parallel`` raises :class:`InvalidArgumentError` in the replica."""
+    if parallel is None and sessions is None:
+        parallel = "auto"
+    slots = sessions or (DEFAULT_PARALLEL if parallel in (None, "auto") else int(parallel))
+    waiting = 4 * slots if queue is None else queue
     actor_options = {"num_cpus": num_cpus, **options.pop("ray_actor_options", {})}
     scaling: dict[str, Any] = ({"autoscaling_config": dict(autoscaling_config)}
                                if autoscaling_config is not None
                                else {"num_replicas": num_replicas})
+    capacity = max_ongoing_requests or slots + waiting
     replica = serve.deployment(
-        name=name, max_ongoing_requests=max_ongoing_requests or sessions + waiting,
+        name=name, max_ongoing_requests=capacity,
         ray_actor_options=actor_options, **scaling, **options)(OpenAIReplica)
     app: Application = replica.bind(str(Path(bundle).resolve()), config=config,
-                                    sessions=sessions, queue=waiting, backend=backend,
-                                    model=model, grace=grace)
+                                    sessions=sessions, parallel=parallel, queue=waiting,
+                                    backend=backend, model=model, grace=grace,
+                                    capacity=capacity)
     return app
 
 
@@ -185,7 +213,8 @@ def app_builder(args: ServeArgs | Mapping[str, Any]) -> Application:
         "target_ongoing_requests": args.target_ongoing_requests}
     config = {"context_size": args.context_size} if args.context_size else None
     return deployment(args.bundle, num_replicas=args.num_replicas,
-                      autoscaling_config=autoscaling, sessions=args.sessions, queue=args.queue,
+                      autoscaling_config=autoscaling, sessions=args.sessions,
+                      parallel=args.parallel, queue=args.queue,
                       num_cpus=args.num_cpus, config=config, backend=args.backend,
                       model=args.model, name=args.name)
 

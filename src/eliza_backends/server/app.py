@@ -29,6 +29,7 @@ whoever runs it (``eliza-backends serve``, or another ASGI host).
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 import time
@@ -318,17 +319,20 @@ class _Run:
         self.finished: list[Generation] = []
 
     async def choices(self) -> AsyncIterator[tuple[int, Generation, str | None]]:
-        """(index, generation, text): text None opens a choice, then each step's text."""
+        """(index, generation, text): text None opens a choice (the live generation), then
+        each step's text with a snapshot of the generation after that step (the slot's thread
+        runs the steps ahead of the consumer: :meth:`Lease.run_steps`)."""
         gen = self.first
         for index in range(self.req.n):
             if index:
                 gen = await self.lease.call(_starter(self.req, self.prompt),
                                             self.configs[index])
             yield index, gen, None
-            step = _stepper(gen)
-            while not gen.done:
-                text = await self.lease.call(step)
-                yield index, gen, text
+            meter, counted = self.lease.pool.throughput, gen.completion_tokens
+            async for text, seen in self.lease.run_steps(_stepper(gen), lambda out: out[1].done):
+                meter.add(seen.completion_tokens - counted)
+                counted = seen.completion_tokens
+                yield index, seen, text
             self.finished.append(gen)
 
     def _last(self) -> Generation:
@@ -395,10 +399,13 @@ class _Run:
             lease.release(self.held_text())
 
 
-def _stepper(gen: Generation) -> Callable[[Stream], str]:
-    """The slot-thread job that runs one step of ``gen``."""
-    def step(_stream: Stream) -> str:
-        return gen.step()
+def _stepper(gen: Generation) -> Callable[[Stream], tuple[str, Generation]]:
+    """The slot-thread work of one step of ``gen``: its text, and a snapshot of ``gen`` right
+    after it (the next step may be running while the event loop reads this one's finish
+    reason, logprobs and tool calls)."""
+    def step(_stream: Stream) -> tuple[str, Generation]:
+        text = gen.step()
+        return text, copy.copy(gen)
     return step
 
 

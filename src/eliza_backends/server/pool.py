@@ -24,24 +24,37 @@ session does runs on its slot's thread, and the event loop only awaits the resul
   rewound with ``reset_keep``, keeping its valid prefix; a session that failed in the runtime is
   reopened), then frees it for the next request.
 
+* **Batching.** ``parallel=N`` opens the slots on one ``InferenceContext(parallel=N)``: on a
+  backend whose capabilities say ``batched`` (llama.cpp) the N sessions share one runtime
+  context and are decoded together, one batch per step (continuous batching); a backend that
+  does not batch (LiteRT, MLX) runs N independent sessions instead, and says so: a warning at
+  :meth:`SessionPool.open` and :attr:`SessionPool.batching` (``/health``).
+  ``parallel="auto"`` is :data:`~eliza_backends.batch.DEFAULT_PARALLEL` slots on a batching
+  backend and one session on another. ``sessions=N`` (``parallel=None``) is N independent
+  sessions. The two are alternatives: asking for both (each > 1) is an error.
+
 Threads: the pool's methods are called from one event loop; slot work runs on the slots'
-threads. CPU threads: unless the config says otherwise, each session gets
-``cores // sessions`` compute threads so that concurrent sessions do not oversubscribe.
+threads. CPU threads (:func:`~eliza_backends.batch.session_threads`): unless the config says
+otherwise, independent sessions get ``cores // sessions`` compute threads each, so that
+concurrent sessions do not oversubscribe; slots sharing one batched runtime context share all
+the cores.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from ..backend.context import InferenceContext
+from ..batch import DEFAULT_PARALLEL, batches, session_threads
 from ..config import StreamConfig
 from ..errors import (
     CancelledError,
@@ -52,8 +65,11 @@ from ..errors import (
 )
 from ..openai.completions import serving_config, session_key
 from ..stream import Stream, open_stream
+from .throughput import Throughput
 
 T = TypeVar("T")
+
+log = logging.getLogger("eliza_backends.server")
 
 #: A request continues a slot's conversation when its prompt shares at least this fraction
 #: of the slot's text (llama.cpp's server uses the same rule, ``--slot-prompt-similarity``).
@@ -71,14 +87,6 @@ def shared_prefix(a: str, b: str) -> int:
         else:
             hi = mid - 1
     return lo
-
-
-def cpu_count() -> int:
-    """CPUs this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
 
 
 @dataclass(eq=False)
@@ -116,6 +124,19 @@ class PoolStats:
     reopened: int
     failed: int
     draining: bool
+    #: sequences decoding together in one batched context (1: independent sessions)
+    parallel: int = 1
+    #: True when the sessions share one batched runtime context
+    batched: bool = False
+    #: how the sessions run, in words (says so when a backend does not batch)
+    batching: str = ""
+    #: requests generating now (each holds one sequence)
+    active_sequences: int = 0
+    #: completion tokens per second over the last ``tokens_window_s`` seconds, all slots
+    tokens_per_second: float = 0.0
+    tokens_window_s: float = 0.0
+    #: completion tokens generated since the pool opened
+    completion_tokens: int = 0
     steps_after_cancel: list[int] = field(default_factory=list)
     slots: list[dict[str, Any]] = field(default_factory=list)
 
@@ -125,32 +146,53 @@ class PoolStats:
 
 
 class SessionPool:
-    """``sessions`` streams on one bundle's :class:`InferenceContext`; see the module doc.
+    """Sessions on one bundle's :class:`InferenceContext`, leased to requests; see the module
+    doc.
 
     ``config`` is the base :class:`StreamConfig` (context size, threads, backend options, the
-    default sampling); ``backend`` a hard backend request. :meth:`open` loads the model and
-    opens every session (call it before serving); :meth:`close` frees them.
+    default sampling); ``sessions`` independent sessions, or ``parallel`` batched ones (an
+    int, or ``"auto"``; see the module doc); ``max_queue`` requests may wait (default: 4 per
+    session); ``backend`` a hard backend request; ``cores`` the CPU budget the threads are
+    divided from (default: this process's CPUs). :meth:`open` loads the model and opens every
+    session (call it before serving); :meth:`close` frees them.
     """
 
     def __init__(self, bundle: str | os.PathLike[str] | InferenceContext,
                  config: StreamConfig | None = None, *, sessions: int = 1,
-                 max_queue: int | None = None, backend: str | None = None) -> None:
+                 parallel: int | Literal["auto"] | None = None, max_queue: int | None = None,
+                 backend: str | None = None, cores: int | None = None) -> None:
         if sessions < 1:
             raise InvalidArgumentError(f"sessions must be >= 1, got {sessions}")
-        base = config or StreamConfig()
-        if base.threads is None:
-            base = StreamConfig.build(base, threads=max(1, cpu_count() // sessions))
-        self.config = serving_config(base)
-        self.max_queue = 4 * sessions if max_queue is None else max_queue
-        if self.max_queue < 0:
-            raise InvalidArgumentError(f"max_queue must be >= 0, got {self.max_queue}")
+        if parallel is not None and parallel != "auto" and (
+                isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1):
+            raise InvalidArgumentError(f"parallel must be an integer >= 1 or 'auto', got "
+                                       f"{parallel!r}")
+        if parallel is not None and sessions > 1:
+            raise InvalidArgumentError(
+                f"sessions={sessions} and parallel={parallel}: give one of them (parallel=N: N "
+                "sequences batched in one runtime context sharing every core; sessions=N: N "
+                "independent sessions splitting the cores)")
+        self._base = config or StreamConfig()
+        self._sessions = sessions
+        self._parallel = parallel
+        self._cores = cores
+        self._max_queue = max_queue
+        if max_queue is not None and max_queue < 0:
+            raise InvalidArgumentError(f"max_queue must be >= 0, got {max_queue}")
+        self.max_queue = max_queue if max_queue is not None else 4 * sessions
+        self.config = serving_config(self._base)
         self._owns_context = not isinstance(bundle, InferenceContext)
+        wanted = DEFAULT_PARALLEL if parallel == "auto" else parallel or 1
         self.context = bundle if isinstance(bundle, InferenceContext) else \
-            InferenceContext(bundle)
+            InferenceContext(bundle, parallel=wanted)
         self._backend_request = backend
         self.backend = ""
-        self.slots = [Slot(i, ThreadPoolExecutor(1, thread_name_prefix=f"eliza-session-{i}"))
-                      for i in range(sessions)]
+        self.slots: list[Slot] = []
+        #: True when the slots share one batched runtime context (known after :meth:`open`)
+        self.batched = False
+        #: how the sessions run, in words (see :class:`PoolStats`)
+        self.batching = ""
+        self.throughput = Throughput()
         self._waiters: deque[_Waiter] = deque()
         self._draining = False
         self._closed = False
@@ -163,21 +205,62 @@ class SessionPool:
 
     # ------------------------------------------------------------------ lifecycle
 
+    def _add_slot(self, config: StreamConfig) -> Slot:
+        slot = Slot(len(self.slots), ThreadPoolExecutor(
+            1, thread_name_prefix=f"eliza-session-{len(self.slots)}"))
+        self.slots.append(slot)
+        slot.executor.submit(self._open_slot, slot, config).result()
+        return slot
+
     def open(self) -> None:
-        """Load the model and open every session (each on its own thread). Raises the
-        backend's :class:`ElizaError` when it cannot."""
+        """Load the model and open every session (each on its own thread): the first one
+        tells whether the backend batches, which decides how many sessions (``"auto"``) and
+        their threads. Raises the backend's :class:`ElizaError` when it cannot."""
         try:
-            for slot in self.slots:
-                slot.executor.submit(self._open_slot, slot, self.config).result()
+            batching = self._parallel is not None
+            count = self._sessions if not batching else \
+                DEFAULT_PARALLEL if self._parallel == "auto" else int(self._parallel or 1)
+            config = serving_config(session_threads(self._base, count, shared=batching,
+                                                    cores=self._cores))
+            first = self._add_slot(config)
+            assert first.stream is not None
+            self.backend = first.stream.backend
+            self.batched = batches(first.stream)
+            if batching and not self.batched:
+                count = 1 if self._parallel == "auto" else count
+                config = serving_config(session_threads(self._base, count, shared=False,
+                                                        cores=self._cores))
+                if config != first.config:  # its share of the cores, not all of them
+                    first.executor.submit(self._open_slot, first, config).result()
+            self.config = config
+            while len(self.slots) < count:
+                self._add_slot(config)
         except BaseException:
             self.close()
             raise
-        first = self.slots[0].stream
-        assert first is not None
-        self.backend = first.backend
-        self.chat_template = first.config.chat_template or first.session.chat_template
-        self.template_tokens = first.session.template_tokens
-        self.context_size = first.session.context_size
+        if self._max_queue is None:
+            self.max_queue = 4 * len(self.slots)
+        self.batching = self._describe()
+        if self._parallel not in (None, "auto") and not self.batched and count > 1:
+            log.warning("%s", self.batching)
+        stream = first.stream
+        self.chat_template = stream.config.chat_template or stream.session.chat_template
+        self.template_tokens = stream.session.template_tokens
+        self.context_size = stream.session.context_size
+
+    def _describe(self) -> str:
+        n, threads = len(self.slots), self.config.threads
+        if self.batched:
+            return (f"continuous batching: {n} sequences share one {self.backend} context "
+                    f"({threads} threads)")
+        if n == 1:
+            return f"1 session ({threads} threads)" + (
+                f"; {self.backend} does not batch, --parallel N runs N independent sessions"
+                if self._parallel == "auto" else "")
+        if self._parallel is None:
+            return f"{n} independent sessions ({threads} threads each)"
+        return (f"{self.backend} does not batch: parallel {n} runs {n} independent sessions, "
+                f"the cores split {n} ways ({threads} threads each)")
 
     def _open_slot(self, slot: Slot, config: StreamConfig) -> None:
         if slot.stream is not None:
@@ -240,8 +323,8 @@ class SessionPool:
             if len(self._waiters) >= self.max_queue:
                 raise PoolFullError(
                     f"all {len(self.slots)} sessions are busy and {len(self._waiters)} requests "
-                    "are waiting; retry later, or start the server with more --sessions or a "
-                    "longer --queue")
+                    "are waiting; retry later, or start the server with a larger --parallel (or "
+                    "--sessions) or a longer --queue")
             waiter = _Waiter(asyncio.get_running_loop().create_future(), text, key)
             self._waiters.append(waiter)
             try:
@@ -287,10 +370,17 @@ class SessionPool:
 
     def stats(self) -> PoolStats:
         """Current counters."""
+        busy = sum(s.busy for s in self.slots)
         return PoolStats(
-            sessions=len(self.slots), busy=sum(s.busy for s in self.slots),
+            sessions=len(self.slots), busy=busy,
             queued=len(self._waiters), served=self.served, cancelled=self.cancelled,
             reopened=self.reopened, failed=self.failed, draining=self._draining,
+            parallel=1 if self._parallel is None or (self._parallel == "auto" and
+                                                     not self.batched) else len(self.slots),
+            batched=self.batched, batching=self.batching, active_sequences=busy,
+            tokens_per_second=round(self.throughput.rate(), 2),
+            tokens_window_s=self.throughput.window,
+            completion_tokens=self.throughput.total,
             steps_after_cancel=list(self.steps_after_cancel),
             slots=[{"index": s.index, "busy": s.busy, "served": s.served,
                     "n_past": s.stream.session.n_past if s.stream is not None else 0,
@@ -300,7 +390,8 @@ class SessionPool:
 
 class Lease:
     """One request's hold on a slot. Use it from the event loop: :meth:`call` runs work on the
-    slot's thread, :meth:`cancel` stops it, :meth:`release` (idempotent) gives the slot back."""
+    slot's thread, :meth:`run_steps` runs a generation's steps there back to back,
+    :meth:`cancel` stops it, :meth:`release` (idempotent) gives the slot back."""
 
     def __init__(self, pool: SessionPool, slot: Slot, config: StreamConfig) -> None:
         self.pool = pool
@@ -343,6 +434,52 @@ class Lease:
         except asyncio.CancelledError:
             self.cancel("the request was cancelled")
             raise
+
+    async def run_steps(self, work: Callable[[Stream], T], last: Callable[[T], bool]
+                        ) -> AsyncIterator[T]:
+        """Run ``work(stream)`` again and again on the slot's thread until ``last(result)``
+        says it was the last, yielding each result. The slot's thread does not wait for the
+        consumer between steps (a stream asks its batch for the next token at once, so a
+        batched context gathers every sequence into each step, however busy the event loop
+        is); the results queue up until read. A failure ends it (raised here); so does a
+        cancel. Leaving early (or cancelling the awaiting task) cancels the lease."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[T | None, BaseException | None, bool]] = asyncio.Queue()
+        slot = self.slot
+
+        def post(item: tuple[T | None, BaseException | None, bool]) -> None:
+            with contextlib.suppress(RuntimeError):  # no event loop: the server stopped
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        def job() -> None:
+            while True:
+                try:
+                    if self.cancel_reason is not None:
+                        raise CancelledError(f"cancelled: {self.cancel_reason}")
+                    assert slot.stream is not None
+                    result = work(slot.stream)
+                    self.steps += 1
+                    done = last(result)
+                except BaseException as exc:
+                    if not isinstance(exc, InvalidArgumentError | CancelledError):
+                        self._failed = True
+                    post((None, exc, True))
+                    return
+                post((result, None, done))
+                if done:
+                    return
+
+        slot.executor.submit(job)
+        finished = False
+        try:
+            while not finished:
+                result, error, finished = await queue.get()
+                if error is not None:
+                    raise error
+                yield result  # type: ignore[misc]  # a result, when there is no error
+        finally:
+            if not finished:
+                self.cancel("the response ended before its generation")
 
     @property
     def released(self) -> bool:

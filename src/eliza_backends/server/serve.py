@@ -2,9 +2,10 @@
 
 The model loads and every session opens before the socket is served, so a bundle that cannot
 be served fails at once with its ``ELIZA_*`` error. Then one line on stdout says where the API
-is, which backend serves which model, and how many sessions::
+is, which backend serves which model, and how its sessions run (batched or not)::
 
-    eliza-backends serve: http://127.0.0.1:8000/v1  model tiny on llama.cpp, 2 sessions ...
+    eliza-backends serve: http://127.0.0.1:8000/v1  model tiny on llama.cpp, continuous
+    batching: 8 sequences share one llama.cpp context (2 threads), context 2048, queue 32 ...
 
 uvicorn runs the Starlette app on that socket (``--port 0`` picks a free port; the line names
 it). Ctrl-C (or SIGTERM) shuts down gracefully: no new requests (503), running generations get
@@ -141,18 +142,24 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def serve(bundle: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 8000,
-          backend: str | None = None, sessions: int = 1, queue: int | None = None,
+          backend: str | None = None, sessions: int | None = None,
+          parallel: int | Literal["auto"] | None = None, queue: int | None = None,
           config: StreamConfig | None = None, model: str | None = None, grace: float = 10.0,
           log_format: LogFormat = "text", log_level: str = "info",
           out: IO[str] | None = None) -> int:
     """Serve ``bundle`` until interrupted; returns the exit status (0 after a graceful
-    shutdown). ``sessions`` concurrent generations over one model load, ``queue`` more
-    waiting (default ``4 * sessions``), ``config`` the sessions' base settings, ``model`` the
-    id clients use (default: the bundle's name). Raises :class:`ElizaError` when the bundle
-    cannot be served and ``OSError`` when the address is taken."""
+    shutdown). ``parallel`` concurrent generations batched in one runtime context, or
+    ``sessions`` independent ones, over one model load (neither: ``parallel="auto"``; see
+    :class:`SessionPool`); ``queue`` more waiting (default 4 per session), ``config`` the
+    sessions' base settings, ``model`` the id clients use (default: the bundle's name).
+    Raises :class:`ElizaError` when the bundle cannot be served (or both ``sessions`` and
+    ``parallel`` are over 1) and ``OSError`` when the address is taken."""
     out = out or sys.stdout
     configure_logging(log_format, log_level)
-    pool = SessionPool(bundle, config, sessions=sessions, max_queue=queue, backend=backend)
+    if parallel is None and sessions is None:
+        parallel = "auto"
+    pool = SessionPool(bundle, config, sessions=sessions or 1, parallel=parallel,
+                       max_queue=queue, backend=backend)
     try:
         pool.open()
         name = model or model_name(bundle)
@@ -160,8 +167,7 @@ def serve(bundle: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int 
         bound = sock.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
         announce = (f"eliza-backends serve: http://{shown}:{bound}/v1  model {name} on "
-                    f"{pool.backend}, {sessions} session{'s' if sessions != 1 else ''} "
-                    f"({pool.config.threads} threads each, context {pool.context_size}), "
+                    f"{pool.backend}, {pool.batching}, context {pool.context_size}, "
                     f"queue {pool.max_queue}; Ctrl-C to stop")
         uv_config = uvicorn.Config(create_app(pool, model=name), log_config=None,
                                    access_log=False, lifespan="off", ws="none",
