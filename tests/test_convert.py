@@ -342,13 +342,11 @@ def test_a_gemma4_assistant_is_refused_as_a_source_and_checked_as_a_draft(tmp_pa
 
 def test_gemma4_requests_are_checked_before_any_work(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """Core ML for Gemma 4: a typed refusal naming the op coremltools stops at; no llama.cpp
-    converter script: the error says where it comes from; a draft for a GGUF source."""
+    """No llama.cpp converter script: the error says where it comes from; a draft for a GGUF
+    source."""
     from eliza_backends.convert import convert, toolchain
     from eliza_backends.convert.pipeline import _gemma4_request
 
-    with pytest.raises(InvalidArgumentError, match=r"'diff'.*--formats gguf,mlx,litert"):
-        _gemma4_request(parse_plan("gguf,coreml"))
     monkeypatch.delenv("ELIZA_LLAMA_CPP_CONVERTER", raising=False)
     monkeypatch.setattr(sys, "prefix", str(tmp_path))
     with pytest.raises(MissingToolError, match=r"convert_hf_to_gguf\.py"):

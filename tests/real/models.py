@@ -21,6 +21,7 @@ import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -150,6 +151,28 @@ def converted(model: RealModel) -> Path:
         pytest.fail(f"bundle convert failed (exit {done.returncode}):\n"
                     + log.read_text(errors="replace")[-4000:])
     return out
+
+
+def checked_coreml(bundle: Path, min_positions: int) -> dict[str, Any]:
+    """Assert what ``bundle convert`` checked of the bundle's fp32 Core ML package on Linux
+    (recorded in convert.json): the traced program, run step by step through its own KV state
+    over more than ``min_positions`` positions, gives transformers' float32 logits (float32
+    cache: exactly; float16 cache, as Core ML holds it: 90% top-1), and the saved package has
+    the inputs, states and output the Core ML session reads. Returns the package's spec
+    findings."""
+    from eliza_backends.convert.coreml_out import IDS, KEYS, LOGITS, MASK, TOLERANCE, VALUES
+
+    report = json.loads((bundle / "convert.json").read_text(encoding="utf-8"))
+    checked = report["coreml_checked"]["fp32"]
+    exact = checked["traced_vs_transformers"]["float32_cache"]
+    assert exact["top1_agree"] == exact["positions"] >= min_positions
+    assert exact["max_abs_logit_diff"] <= TOLERANCE
+    half = checked["traced_vs_transformers"]["float16_cache"]
+    assert half["top1_agree"] >= 0.9 * half["positions"], half
+    spec: dict[str, Any] = checked["spec"]
+    assert sorted(spec["inputs"]) == sorted([IDS, MASK])
+    assert sorted(spec["states"]) == sorted([KEYS, VALUES]) and spec["outputs"] == [LOGITS]
+    return spec
 
 
 def _finished(bundle: Path) -> bool:

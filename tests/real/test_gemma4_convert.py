@@ -3,7 +3,9 @@ is examples/bundles/gemma4-tiny/text/gemma4-tiny-mlx, the assistant's is
 examples/bundles/gemma4-tiny/source/assistant) converted with ``--draft`` and ``--verify``
 reproduce examples/bundles/gemma4-tiny: byte-identical GGUFs (the same writer, llama.cpp's
 convert_hf_to_gguf.py, on the same folders) and LiteRT files, and every other artifact equal to
-the float32 torch oracle token for token (the bundle's own parity.json scorer).
+the float32 torch oracle token for token (the bundle's own parity.json scorer). The same run
+makes the Core ML package and checks on Linux what can be checked there (Core ML runs on macOS
+only), as for SmolLM2.
 
 Real tier (it needs the converter environment, .venv-convert): runs with
 ``ELIZA_REAL_MODELS=1``. The conversion is cached like the real models' (``$ELIZA_CACHE_DIR``).
@@ -25,7 +27,7 @@ from eliza_backends import open_stream
 from eliza_backends.bundle import load_manifest
 from eliza_backends.testing import generated_tokens, run_to_end
 
-from .models import ROOT, cache_dir, convert_python
+from .models import ROOT, cache_dir, checked_coreml, convert_python
 
 BUNDLE = ROOT / "examples" / "bundles" / "gemma4-tiny"
 ORACLE = json.loads((BUNDLE / "oracle.json").read_text(encoding="utf-8"))
@@ -64,13 +66,14 @@ def run_convert(src: Path, out: Path, *args: str) -> subprocess.CompletedProcess
 
 @functools.cache
 def converted() -> Path:
-    """The family converted once per process: every Linux format, the assistant, --verify."""
+    """The family converted once per process: every Linux format and Core ML, the assistant,
+    --verify."""
     work = cache_dir() / "gemma4-tiny-src"
     target, assistant = sources(work)
     out = cache_dir() / "bundles" / "gemma4-tiny"
-    done = run_convert(target, out, "--draft", str(assistant), "--formats", "gguf,mlx,litert",
-                       "--prefill-lengths", "32,128", "--cache-length", "1024",
-                       "--name", "gemma4-tiny", "--verify")
+    done = run_convert(target, out, "--draft", str(assistant), "--formats",
+                       "gguf,mlx,litert,coreml", "--prefill-lengths", "32,128",
+                       "--cache-length", "1024", "--name", "gemma4-tiny", "--verify")
     if done.returncode != 0:
         pytest.fail(f"bundle convert failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
     return out
@@ -179,10 +182,14 @@ def test_a_conditional_generation_folder_converts_to_the_same_gguf(tmp_path: Pat
         sha256(BUNDLE / "text" / "gemma4-tiny-f32.gguf")
 
 
-def test_core_ml_is_refused_for_gemma4_naming_the_op(tmp_path: Path) -> None:
-    target, _ = sources(tmp_path)
-    done = run_convert(target, tmp_path / "out", "--formats", "gguf,coreml")
-    assert done.returncode == 1, done.stderr  # an ElizaError, before OUT is touched
-    assert not (tmp_path / "out").exists()
-    assert "ELIZA_ERR_INVALID_ARG" in done.stderr and "'diff'" in done.stderr
-    assert "--formats gguf,mlx,litert" in done.stderr
+def test_the_core_ml_package_is_converted_and_checked(bundle: Path) -> None:
+    """Core ML, as for SmolLM2: ``bundle convert`` checked that the traced stateful rewrite,
+    run through its own KV state (a 69-token prefill past the 32-token sliding window, then
+    three single-token decodes; the shared-KV layers read their source layers' slots), gives
+    transformers' float32 logits, and that the saved package has the session's inputs,
+    states and output; the states hold only the two layers that compute keys, padded to the
+    global layers' head size (64)."""
+    spec = checked_coreml(bundle, 33)  # past the 32-token sliding window
+    assert spec["state_shape"] == [2, 1, 1, 1024, 64]
+    arts = {a.path: a for a in load_manifest(bundle).artifacts}
+    assert arts["text/gemma4-tiny-fp32.mlpackage"].format == "mlpackage"

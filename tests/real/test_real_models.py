@@ -27,7 +27,7 @@ import pytest
 from eliza_backends import open_stream, verify_bundle
 
 from .conftest import parity
-from .models import THREADS
+from .models import THREADS, checked_coreml
 
 F32 = {  # artifact label in parity.json -> what serves it
     "gguf": "-f32.gguf", "mlx": "-mlx-f32", "tflite": "-fp32.tflite",
@@ -250,18 +250,7 @@ def test_smollm2_core_ml_package_is_converted_and_checked(smollm2: Path) -> None
     ``bundle convert`` and recorded in convert.json: the traced program, run step by step
     through its own KV state (prefill, then decode), gives transformers' float32 logits, and
     the saved package has the inputs, states and output the Core ML session reads."""
-    from eliza_backends.convert.coreml_out import IDS, KEYS, LOGITS, MASK, TOLERANCE, VALUES
-
-    report = json.loads((smollm2 / "convert.json").read_text())
-    checked = report["coreml_checked"]["fp32"]
-    exact = checked["traced_vs_transformers"]["float32_cache"]
-    assert exact["top1_agree"] == exact["positions"] >= 24
-    assert exact["max_abs_logit_diff"] <= TOLERANCE
-    half = checked["traced_vs_transformers"]["float16_cache"]  # the cache as Core ML holds it
-    assert half["top1_agree"] >= 0.9 * half["positions"], half
-    spec = checked["spec"]
-    assert sorted(spec["inputs"]) == sorted([IDS, MASK])
-    assert sorted(spec["states"]) == sorted([KEYS, VALUES]) and spec["outputs"] == [LOGITS]
+    checked_coreml(smollm2, 24)
     manifest = verify_bundle(smollm2, hashes=False)
     assert any(a.format == "mlpackage" for a in manifest.artifacts)
 

@@ -11,11 +11,13 @@ session truncates its sequence by narrowing the mask. Gemma's sliding-window lay
 more than ``sliding_window`` positions back themselves.
 
 coremltools cannot trace transformers' own modules (mask code with ``aten::diff``, cache
-classes), so the network is rewritten here in plain torch ops (:func:`plain_module`) for the
-two mapped architectures. What Linux can check, :func:`convert_coreml` checks before and after
-converting: the traced module, run step by step through its own KV state, gives transformers'
-float32 logits (prefill and decode, past the sliding window for Gemma); the saved package's
-spec loads and has exactly the inputs, states and output the session expects.
+classes), so the network is rewritten here in plain torch ops (:func:`plain_module`) for llama
+and Gemma 3, and in :mod:`.coreml_gemma4` for Gemma 4 (whose cache holds only the layers that
+compute keys, padded to the largest head size: see there). What Linux can check,
+:func:`convert_coreml` checks before and after converting: the traced module, run step by
+step through its own KV state, gives transformers' float32 logits (prefill and decode, past
+the sliding window for Gemma); the saved package's spec loads and has exactly the inputs,
+states and output the session expects.
 """
 
 from __future__ import annotations
@@ -195,9 +197,11 @@ def check_against_transformers(module: Any, hf_model: Any, facts: ModelFacts,
             "top1_agree": agree}
 
 
-def check_spec(path: Path, facts: ModelFacts, max_len: int) -> dict[str, Any]:
+def check_spec(path: Path, facts: ModelFacts, max_len: int,
+               shape: tuple[int, ...] | None = None) -> dict[str, Any]:
     """Load the saved package's spec and check its inputs, states and output are the
-    session's stateful layout (names, types, shapes); returns what it found."""
+    session's stateful layout (names, types, shapes; the states ``shape``, by default
+    ``[layers, 1, kv_heads, max_len, head_dim]``); returns what it found."""
     import coremltools as ct
 
     spec = ct.utils.load_spec(str(path))
@@ -210,17 +214,18 @@ def check_spec(path: Path, facts: ModelFacts, max_len: int) -> dict[str, Any]:
         raise BundleError(f"{path}: the converted model has {found}, the Core ML session "
                           f"expects {want}")
     arrays = ct.proto.FeatureTypes_pb2.ArrayFeatureType
-    shape = [facts.num_layers, 1, facts.num_kv_heads, max_len, facts.head_dim]
+    want_shape = list(shape or (facts.num_layers, 1, facts.num_kv_heads, max_len,
+                                facts.head_dim))
     for s in desc.state:
         got = list(s.type.stateType.arrayType.shape)
-        if got != shape:
-            raise BundleError(f"{path}: state {s.name} has shape {got}, expected {shape}")
+        if got != want_shape:
+            raise BundleError(f"{path}: state {s.name} has shape {got}, expected {want_shape}")
     types = {i.name: i.type.multiArrayType for i in desc.input}
     if types[IDS].dataType != arrays.INT32 or types[MASK].dataType != arrays.FLOAT16:
         raise BundleError(f"{path}: {IDS} must be int32 and {MASK} float16")
     bounds = {name: [(r.lowerBound, r.upperBound) for r in t.shapeRange.sizeRanges]
               for name, t in types.items()}
-    found["state_shape"] = shape
+    found["state_shape"] = want_shape
     found["input_ranges"] = bounds
     found["spec_version"] = int(spec.specificationVersion)
     return found
@@ -246,10 +251,11 @@ def convert_coreml(hf_dir: Path, facts: ModelFacts, out: Path, precision: str,
     span = (facts.sliding_window or 0) + 40
     chunks = [min(max(span - 3, 16), max_len - 8), 1, 1, 1] if facts.sliding_window else \
         [24, 1, 1, 1]
+    rewrite = _rewrite(facts)
     with torch.no_grad():
-        exact = torch.jit.trace(plain_module(model, facts, max_len, "float32"), example,
+        exact = torch.jit.trace(rewrite(model, facts, max_len, "float32"), example,
                                 check_trace=False)
-        traced = torch.jit.trace(plain_module(model, facts, max_len), example,
+        traced = torch.jit.trace(rewrite(model, facts, max_len, "float16"), example,
                                  check_trace=False)
     checked = {"float32_cache": check_against_transformers(exact, model, facts, chunks,
                                                            TOLERANCE),
@@ -257,7 +263,7 @@ def convert_coreml(hf_dir: Path, facts: ModelFacts, out: Path, precision: str,
     del exact
     length = ct.RangeDim(lower_bound=1, upper_bound=max_len, default=probe_n)
     end = ct.RangeDim(lower_bound=1, upper_bound=max_len, default=probe_n)
-    state_shape = (facts.num_layers, 1, facts.num_kv_heads, max_len, facts.head_dim)
+    state_shape = tuple(getattr(traced, KEYS).shape)
     mlmodel = ct.convert(
         traced,
         inputs=[ct.TensorType(name=IDS, shape=(1, length), dtype=np.int32),
@@ -269,7 +275,19 @@ def convert_coreml(hf_dir: Path, facts: ModelFacts, out: Path, precision: str,
         compute_precision=ct.precision.FLOAT32 if precision == "fp32" else ct.precision.FLOAT16,
         minimum_deployment_target=ct.target.macOS15, skip_model_load=True)
     mlmodel.save(str(out))
-    return {"traced_vs_transformers": checked, "spec": check_spec(out, facts, max_len)}
+    return {"traced_vs_transformers": checked,
+            "spec": check_spec(out, facts, max_len, state_shape)}
+
+
+def _rewrite(facts: ModelFacts) -> Any:
+    """The plain-torch rewrite for ``facts``' architecture: ``(hf_model, facts, max_len,
+    cache_dtype) -> module``."""
+    if facts.architecture != "gemma4":
+        return plain_module
+    from . import coreml_gemma4
+
+    return lambda model, _facts, max_len, dtype: coreml_gemma4.plain_module(model, max_len,
+                                                                            dtype)
 
 
 __all__ = ["IDS", "KEYS", "LOGITS", "MASK", "TOLERANCE", "VALUES", "causal_mask",

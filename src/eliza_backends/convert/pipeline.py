@@ -211,23 +211,12 @@ def _check_request(source: Path, plan: ConvertPlan) -> bool:
                                    "Face checkpoint folder")
     if not from_hf and (not source.is_file() or source.suffix.lower() != ".gguf"):
         raise InvalidArgumentError(f"{source} is not a .gguf file or a Hugging Face folder")
-    if from_hf and "coreml" in plan.formats and _model_type(source) in ("gemma4_text", "gemma4"):
-        raise InvalidArgumentError(GEMMA4_COREML.format(op=GEMMA4_COREML_OP))
     toolchain.require("hf")
     for fmt in plan.formats:
         toolchain.require(_TOOLS[fmt])
     if plan.verify:
         toolchain.require("verify")
     return from_hf
-
-
-def _model_type(folder: Path) -> str | None:
-    """``config.json``'s ``model_type`` (None when unreadable: the source reader says why)."""
-    try:
-        value = json.loads((folder / "config.json").read_text(encoding="utf-8"))["model_type"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return value if isinstance(value, str) else None
 
 
 def _check_draft(draft: str | os.PathLike[str] | None, from_hf: bool) -> Path | None:
@@ -371,21 +360,8 @@ def _float32_stage(source: Path, from_hf: bool, root: Path, plan: ConvertPlan,
     return job
 
 
-#: why ``--formats coreml`` is refused for Gemma 4 (see docs/get-a-model.md)
-GEMMA4_COREML = ("Core ML is not made for Gemma 4 yet: the converter's stateful Core ML "
-                 "network is a plain-torch rewrite of llama and Gemma 3 only, and coremltools "
-                 "9.0 cannot convert transformers' Gemma 4 itself ({op}); leave coreml out "
-                 "(--formats gguf,mlx,litert)")
-#: the op coremltools 9.0 stops at when it converts a trace of transformers 5.24's
-#: Gemma4ForCausalLM (``torch.diff`` in masking_utils' packed-sequence detection)
-GEMMA4_COREML_OP = "PyTorch op 'diff' not implemented, at transformers' mask code"
-
-
 def _gemma4_request(plan: ConvertPlan) -> Path:
-    """The llama.cpp converter script for a Gemma 4 source (Core ML was refused before:
-    :func:`_check_request`, here again for a caller that skipped it)."""
-    if "coreml" in plan.formats:
-        raise InvalidArgumentError(GEMMA4_COREML.format(op=GEMMA4_COREML_OP))
+    """The llama.cpp converter script for a Gemma 4 source (the GGUF writer for it)."""
     toolchain.require("hf-llama-cpp")
     script = toolchain.llama_cpp_converter()
     assert script is not None  # require checked
@@ -575,7 +551,7 @@ _STAGES: tuple[_FormatStage, ...] = (
         "coreml", lambda job: None,
         key=lambda job, p, _: (job.hf.key, p, job.plan.cache_length,
                                job.versions["coremltools"], job.versions["torch"],
-                               toolchain.code_hash("coreml_out")),
+                               toolchain.code_hash("coreml_out", "coreml_gemma4")),
         build=_coreml_build,
         outputs=lambda job, p, d: [(d / "model.mlpackage",
                                     job.text / f"{job.name}-{p}.mlpackage")],
