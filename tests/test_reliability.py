@@ -101,8 +101,8 @@ def quick_gil_handover() -> Iterator[None]:
     """Hand the GIL to a waiting thread after 0.1 ms instead of 5 ms, for this test only. The
     LiteRT compiled runtime holds the GIL inside each native run (ai-edge-litert does not
     release it; its Interpreter does), so a canceller thread gets in only between runs, and
-    with the default interval only 5 ms later: a 10 ms prefill then ended before 29 of 30
-    cancels aimed inside it. The cancel itself is honoured at the next run either way."""
+    with the default interval only 5 ms later: a 3 ms prefill then ends before most cancels
+    aimed inside it run. The cancel itself is honoured at the next run either way."""
     before = sys.getswitchinterval()
     sys.setswitchinterval(1e-4)
     yield
@@ -181,14 +181,57 @@ def test_cancel_at_random_moments_never_breaks_a_session(phase: str, backend: st
     # a cancel never stops a call it did not land in
     assert outcomes["cancelled"] == cancelled_inside, outcomes
     # a cancel that lands inside the call stops it (the backends check between native calls,
-    # a few per prefill chunk or token; one landing in the call's last native run is missed).
-    # The cancels are aimed at the first half of the call, but the timer thread lands late: on
-    # a quiet AMD EPYC host the LiteRT-LM engine's calls take 3 ms (prefill) and 37 ms
-    # (decode) in a few native runs, and 5-8 of 15 landing inside were caught, so at least a
-    # third must be (a cancel that never stops a running call catches none)
+    # a few per prefill chunk or token; one landing in the call's last native run is missed,
+    # and the cancels are aimed at the first half of the call). Rehearsal 3 and stop 34's CI
+    # caught only 1-3 of 15 on LiteRT: its sampler's numpy calls kept the canceller thread
+    # from the GIL until the call ended (test_another_thread_runs_during_a_long_decode); since
+    # the session's GIL handover, 15 of 15
     assert inside >= 15, (f"only {inside} of {trials} cancels landed inside the call",
                           f"call {duration * 1e3:.1f} ms")
-    assert cancelled_inside >= inside / 3, (outcomes, inside, f"call {duration * 1e3:.1f} ms")
+    assert cancelled_inside >= inside / 2, (outcomes, inside, f"call {duration * 1e3:.1f} ms")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("backend", "options", "module"), BACKENDS)
+def test_another_thread_runs_during_a_long_decode(backend: str, options: dict,
+                                                  module: str) -> None:
+    """A session call lets the process's other Python threads run (a canceller, a server's
+    event loop), at CPython's default 5 ms switch interval. The LiteRT CompiledModel holds the
+    GIL through each run and the sampler's numpy argmax releases it for microseconds per token,
+    which CPython counts as a switch: a waiting thread never asked for the GIL and slept through
+    a whole 40 ms decode (0 wakes inside it) until the session handed the GIL over once per
+    switch interval."""
+    pytest.importorskip(module)
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(0.005)
+    wakes: list[float] = []
+    done = threading.Event()
+
+    def probe() -> None:
+        while not done.is_set():
+            time.sleep(0.001)
+            wakes.append(time.perf_counter())
+
+    try:
+        with open_stream(TINY_BUNDLE, backend=backend, options=options, threads=1,
+                         ignore_eos=True, max_tokens=400) as stream:
+            s = stream.session
+            s.prefill(CASE["prompt_ids"])
+            thread = threading.Thread(target=probe)
+            thread.start()
+            time.sleep(0.01)
+            t0 = time.perf_counter()
+            step = s.next(400)
+            t1 = time.perf_counter()
+            done.set()
+            thread.join()
+    finally:
+        sys.setswitchinterval(before)
+    inside = sum(t0 < w < t1 for w in wakes)
+    assert len(step.tokens) >= 300
+    # one wake per 5 ms interval at most (about 9 in LiteRT's 45 ms); 3 leaves room for a
+    # loaded machine's late wakes
+    assert inside >= 3, f"{inside} wakes during a {(t1 - t0) * 1e3:.0f} ms next()"
 
 
 def test_cancel_races_on_the_scripted_backend_too(tmp_path: Path) -> None:

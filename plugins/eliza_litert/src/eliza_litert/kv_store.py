@@ -9,6 +9,8 @@ Both run one signature call per method, holding the model's lock (the runtime is
 
 from __future__ import annotations
 
+import sys
+import time
 from typing import Any
 
 import numpy as np
@@ -27,6 +29,31 @@ def run(what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
     except (RuntimeError, ValueError, MemoryError) as exc:
         raise BackendRuntimeError(f"LiteRT failed to run {what}: {exc}. The model is "
                                   "inconsistent or corrupted; export it again") from None
+
+
+class GilHandover:
+    """Lets other Python threads in between CompiledModel runs, once per switch interval.
+
+    The CompiledModel holds the GIL through each run (the Interpreter releases it), and the
+    numpy calls between runs (the sampler's argmax) release it for microseconds at a time.
+    CPython asks a running thread for the GIL only after a waiting thread saw a whole switch
+    interval pass with no switch, and each of those brief releases counts as one: a waiting
+    thread (a ``cancel()``, a server's event loop) then waited for the whole call, 40 ms of
+    decode and more. :meth:`after_run` releases the GIL (``sleep(0)``) once per
+    ``sys.getswitchinterval()``: a waiting thread takes it then, and a lone thread pays one
+    system call per interval (5 ms by default)."""
+
+    __slots__ = ("_due",)
+
+    def __init__(self) -> None:
+        self._due = 0.0
+
+    def after_run(self) -> None:
+        """Call after each run, outside the model's lock."""
+        now = time.perf_counter()
+        if now >= self._due:
+            time.sleep(0)
+            self._due = now + sys.getswitchinterval()
 
 
 class NumpyKV:
@@ -74,6 +101,7 @@ class BufferKV:
             self.kv[name] = buf
         self.small: dict[tuple[str, str], Any] = {}
         self.logits = cm.create_output_buffer_by_name("decode", "logits")
+        self._handover = GilHandover()
 
     def _inputs(self, sig: str, tokens: Any, positions: Any, mask: Any) -> dict[str, Any]:
         cm = self.model.interpreter
@@ -91,13 +119,16 @@ class BufferKV:
         with self.model.lock:
             run(sig, self.model.interpreter.run_by_name, sig,
                 run(sig, self._inputs, sig, tokens, positions, mask), dict(self.kv))
+        self._handover.after_run()
 
     def decode(self, tokens: Any, positions: Any, mask: Any) -> Any:
         with self.model.lock:
             run("decode", self.model.interpreter.run_by_name, "decode",
                 run("decode", self._inputs, "decode", tokens, positions, mask),
                 {"logits": self.logits, **self.kv})
-            return self.logits.read(self.model.info.vocab_size, np.float32)
+            logits = self.logits.read(self.model.info.vocab_size, np.float32)
+        self._handover.after_run()
+        return logits
 
     def arrays(self) -> dict[str, Any]:
         out = {}
@@ -113,4 +144,4 @@ class BufferKV:
         self.kv, self.small = {}, {}
 
 
-__all__ = ["BufferKV", "NumpyKV", "run"]
+__all__ = ["BufferKV", "GilHandover", "NumpyKV", "run"]
