@@ -120,6 +120,7 @@ def test_concurrent_greedy_streams_equal_each_served_alone(name: str) -> None:
         assert errors == [None] * len(prompts)
         assert results == alone
         stats = sched.stats()
+        assert ctx.batch_stats() == stats  # (the context's one batched runtime context)
     assert stats.shares >= len(prompts) * n and stats.failed == 0
     assert stats.mean_batch > 1.5, stats.batch_sizes  # decoded together
 
@@ -349,6 +350,27 @@ def test_all_sequences_in_use_is_a_typed_error() -> None:
         with _open(ctx) as c:
             assert c.capabilities.batched
         b.close()
+
+
+def test_batch_stats_count_every_batched_runtime_context_of_a_context() -> None:
+    with InferenceContext(TINY_BUNDLE) as plain, _open(plain) as s:
+        s.prefill(_prompts(TINY_BUNDLE)[0])
+        s.next(4)
+        assert plain.batch_stats() is None  # parallel=1: nothing batched
+    with InferenceContext(TINY_BUNDLE, parallel=2) as ctx:
+        assert ctx.batch_stats() is None  # nothing opened yet
+        # two batched runtime contexts on one InferenceContext (other thread counts): summed
+        with _open(ctx, threads=1) as a, _open(ctx, threads=2) as b:
+            assert _scheduler(a) is not _scheduler(b)
+            for s in (a, b):
+                s.prefill(_prompts(TINY_BUNDLE)[0])
+                s.next(4)
+            parts = [_scheduler(a).stats(), _scheduler(b).stats()]
+            total = ctx.batch_stats()
+    assert total is not None and total.steps == sum(p.steps for p in parts) > 0
+    assert total.tokens == sum(p.tokens for p in parts)
+    summary = total.summary()
+    assert summary["steps"] == total.steps and summary["mean_sequences_per_step"] == 1.0
 
 
 def test_mtp_drafter_is_refused_on_a_batched_context() -> None:

@@ -126,7 +126,9 @@ def test_batched_greedy_equals_alone(bundle: Path, vocab: int, lengths: tuple[in
         for stream in streams:
             assert stream.session.capabilities.batched
             stream.close()
+        steps = ctx.batch_stats()  # the scheduler's totals, as /health shows them
     assert got == want
+    assert steps is not None and steps.steps > 0 and steps.mean_batch > 1, steps
     # it really batched: most decode steps carried more than one row
     assert stats.widest == len(prompts)
     assert stats.rows >= 2 * stats.batched_steps, stats

@@ -54,6 +54,7 @@ def test_health_shows_the_batching_and_the_load(server: ServerProcess) -> None:
     if health["batched"]:
         assert "continuous batching: 4 sequences share one llama.cpp context" in \
             health["batching"]
+        assert health["batch"] is not None and health["batch"]["failed"] == 0
     else:  # never silently different: the line says the sessions are independent
         assert "llama.cpp does not batch: parallel 4 runs 4 independent sessions" in \
             health["batching"]
@@ -118,6 +119,12 @@ def test_eight_concurrent_clients_each_get_their_reply_alone(server: ServerProce
     assert after["completion_tokens"] - before["completion_tokens"] == generated
     assert after["tokens_per_second"] > 0 and after["active_sequences"] == 0
     assert after["served"] - before["served"] == 8
+    if after["batched"]:  # the steps really carried several sequences
+        steps = after["batch"]["steps"] - before["batch"]["steps"]
+        tokens = after["batch"]["tokens"] - before["batch"]["tokens"]
+        assert steps > 0 and tokens / steps > 1.5, after["batch"]
+        assert after["batch"]["mean_sequences_per_step"] > 1
+        assert after["batch"]["resubmit_lag_ms_p50"] is not None
 
 
 def test_a_client_that_hangs_up_frees_its_slot(server: ServerProcess) -> None:
@@ -160,6 +167,7 @@ def test_litert_falls_back_to_independent_sessions_and_says_so() -> None:
             model="tiny", prompt="Once upon a time", max_tokens=8)
         logged = [json.loads(line) for line in proc.stderr if line.startswith("{")]
     assert health["batched"] is False and health["parallel"] == 2 and health["sessions"] == 2
+    assert health["batch"] is None
     assert "litert-lm does not batch: parallel 2 runs 2 independent sessions" in \
         health["batching"]
     assert any(r["level"] == "WARNING" and "does not batch" in r["message"] for r in logged)

@@ -29,6 +29,7 @@ from ..bundle import ImplicitBundle, artifact_format, is_bundle_dir, not_a_bundl
 from ..errors import InvalidArgumentError, SessionClosedError
 
 if TYPE_CHECKING:
+    from ..runtime.batching import BatchStats, StepScheduler
     from .session import Session
 
 T = TypeVar("T")
@@ -63,6 +64,7 @@ class InferenceContext:
         self._close_lock = threading.Lock()  # one close() at a time; the others wait for it
         self._shared: dict[Hashable, tuple[Any, Callable[[Any], None] | None]] = {}
         self._sessions: list[Session] = []
+        self._schedulers: list[StepScheduler] = []
         self._opening = 0  # sessions being opened (inside opening())
         self._closing = False
         self._closed = False
@@ -96,6 +98,23 @@ class InferenceContext:
             if key not in self._shared:
                 self._shared[key] = (load(), cast("Callable[[Any], None] | None", close))
             return cast(T, self._shared[key][0])
+
+    def track_scheduler(self, scheduler: StepScheduler) -> None:
+        """Plugin kit: register the step scheduler of a batched runtime context made on this
+        context (once per scheduler; again is a no-op), so that :meth:`batch_stats` counts it."""
+        with self._lock:
+            if scheduler not in self._schedulers:
+                self._schedulers.append(scheduler)
+
+    def batch_stats(self) -> BatchStats | None:
+        """The step totals of this context's batched runtime contexts, summed (see
+        :class:`~eliza_backends.backend.BatchStats`); None when no session opened on it is
+        batched (``parallel=1``, or a backend that does not batch)."""
+        from ..runtime.batching import BatchStats
+
+        with self._lock:
+            schedulers = list(self._schedulers)
+        return BatchStats.total(s.stats() for s in schedulers) if schedulers else None
 
     def track(self, session: Session) -> None:
         """Register a session so that closing the context closes it first."""

@@ -70,7 +70,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
@@ -154,6 +154,35 @@ class BatchStats:
         """Sequences per step, on average (0.0 before the first step)."""
         n = sum(self.batch_sizes.values())
         return sum(k * v for k, v in self.batch_sizes.items()) / n if n else 0.0
+
+    @classmethod
+    def total(cls, parts: Iterable[BatchStats]) -> BatchStats:
+        """The sum of several schedulers' totals (one context's batched runtimes)."""
+        parts = list(parts)
+        sizes: Counter[int] = Counter()
+        for p in parts:
+            sizes.update(p.batch_sizes)
+        return cls(steps=sum(p.steps for p in parts), tokens=sum(p.tokens for p in parts),
+                   shares=sum(p.shares for p in parts), failed=sum(p.failed for p in parts),
+                   cancelled=sum(p.cancelled for p in parts),
+                   waited_out=sum(p.waited_out for p in parts), batch_sizes=dict(sizes),
+                   resubmit_lags=tuple(lag for p in parts for lag in p.resubmit_lags))
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON-ready figures a server shows (``/health``'s ``batch``): ``steps``,
+        ``tokens`` decoded, ``mean_sequences_per_step``, ``waited_out`` steps (the gather
+        window ran out before every running sequence resubmitted), finished / ``failed`` /
+        ``cancelled`` shares, and the recent resubmit lag's median and 99th percentile (ms)."""
+        lags = sorted(self.resubmit_lags)
+
+        def ms(q: float) -> float | None:
+            return round(lags[min(len(lags) - 1, int(q * len(lags)))] * 1e3, 2) if lags else None
+
+        return {"steps": self.steps, "tokens": self.tokens,
+                "mean_sequences_per_step": round(self.mean_batch, 2),
+                "waited_out": self.waited_out, "shares": self.shares, "failed": self.failed,
+                "cancelled": self.cancelled, "resubmit_lag_ms_p50": ms(0.5),
+                "resubmit_lag_ms_p99": ms(0.99)}
 
 
 @dataclass(slots=True, eq=False)

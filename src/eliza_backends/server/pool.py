@@ -137,6 +137,9 @@ class PoolStats:
     tokens_window_s: float = 0.0
     #: completion tokens generated since the pool opened
     completion_tokens: int = 0
+    #: the batched context's step totals (:meth:`BatchStats.summary`: steps, mean sequences
+    #: per step, ...); None when the slots are not batched
+    batch: dict[str, Any] | None = None
     steps_after_cancel: list[int] = field(default_factory=list)
     slots: list[dict[str, Any]] = field(default_factory=list)
 
@@ -371,6 +374,7 @@ class SessionPool:
     def stats(self) -> PoolStats:
         """Current counters."""
         busy = sum(s.busy for s in self.slots)
+        batch = self.context.batch_stats()
         return PoolStats(
             sessions=len(self.slots), busy=busy,
             queued=len(self._waiters), served=self.served, cancelled=self.cancelled,
@@ -381,6 +385,7 @@ class SessionPool:
             tokens_per_second=round(self.throughput.rate(), 2),
             tokens_window_s=self.throughput.window,
             completion_tokens=self.throughput.total,
+            batch=None if batch is None else batch.summary(),
             steps_after_cancel=list(self.steps_after_cancel),
             slots=[{"index": s.index, "busy": s.busy, "served": s.served,
                     "n_past": s.stream.session.n_past if s.stream is not None else 0,

@@ -228,8 +228,10 @@ def shared_engine(context: InferenceContext, model: LoadedModel, config: StreamC
            config.context_size, config.batch_size, options.n_ubatch, options.flash_attention,
            options.kv_cache_type, options.n_gpu_layers, use_extra_buffers(options),
            context.parallel)
-    return context.shared(key, lambda: BatchEngine(model, config, options, context.parallel),
-                          BatchEngine.close)
+    engine = context.shared(key, lambda: BatchEngine(model, config, options, context.parallel),
+                            BatchEngine.close)
+    context.track_scheduler(engine.scheduler)
+    return engine
 
 
 class SharedLane:

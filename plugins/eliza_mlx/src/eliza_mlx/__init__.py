@@ -246,6 +246,7 @@ def _open_batched(context: InferenceContext, config: StreamConfig, loaded: Loade
     engine = context.shared(("mlx-batch", str(path), context.parallel),
                             lambda: BatchEngine(loaded, context.parallel, config.batch_size),
                             BatchEngine.close)
+    context.track_scheduler(engine.scheduler)
     return BatchedMLXSession(loaded, config, context, engine)
 
 
