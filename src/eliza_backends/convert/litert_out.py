@@ -41,6 +41,10 @@ def export_tflite(python: str, hf_dir: Path, out_dir: Path, *, precision: str,
     env["PYTHONPATH"] = os.pathsep.join([str(shim), *filter(None, [env.get("PYTHONPATH")])])
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    # the exporter names and orders some constant tensors in set/dict-of-str order, so with
+    # Python's per-process string hashing the same model gave different bytes on each run (the
+    # Gemma 4 target's two rotary tables swapped names): one fixed seed, one set of bytes
+    env["PYTHONHASHSEED"] = "0"
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
     cmd = [python, "-m", "litert_torch.generative.export_hf", f"--model={hf_dir}",
