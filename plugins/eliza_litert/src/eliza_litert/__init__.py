@@ -200,7 +200,7 @@ class LiteRTFactory(Factory):
                     raise BackendSelectionError(
                         f"the engine session needs a .litertlm under {context.bundle_dir}/text/"
                         f"; {path.name} is a .tflite (use session='interpreter')") from None
-            from .engine_session import open_engine_session
+            from .litert_lm_session import open_engine_session
 
             # the probes only saw files; if the engine cannot start on a rung that was not
             # forced, walk on down the ladder (the CPU rung always probes true)
