@@ -6,6 +6,10 @@ an ``import`` / ``from ... import`` statement at module level, including those i
 classes' methods run later and are not edges. Importing ``p.q.r`` also runs ``p/__init__`` and
 ``p/q/__init__``, so those are edges too, and ``from p import name`` is an edge to ``p.name``
 when that is a module.
+
+With ``lazy`` the imports inside functions count too, and with ``typed`` those under
+``if TYPE_CHECKING:`` as well: together, every file one file depends on at all (the graph the
+no-circle rule of docs/architecture.md is about).
 """
 
 from __future__ import annotations
@@ -31,30 +35,33 @@ def _is_type_checking(test: ast.expr) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _module_level(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
+def _module_level(body: list[ast.stmt], typed: bool = False
+                  ) -> Iterator[ast.Import | ast.ImportFrom]:
     for node in body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
         elif isinstance(node, ast.If):
-            if not _is_type_checking(node.test):
-                yield from _module_level(node.body)
-            yield from _module_level(node.orelse)
+            if typed or not _is_type_checking(node.test):
+                yield from _module_level(node.body, typed)
+            yield from _module_level(node.orelse, typed)
         elif isinstance(node, ast.Try):
             for block in (node.body, node.orelse, node.finalbody,
                           *(h.body for h in node.handlers)):
-                yield from _module_level(block)
+                yield from _module_level(block, typed)
         elif isinstance(node, ast.With):
-            yield from _module_level(node.body)
+            yield from _module_level(node.body, typed)
 
 
-def _everywhere(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Every import statement, in functions too, except under ``if TYPE_CHECKING:``."""
+def _everywhere(body: list[ast.stmt], typed: bool = False
+                ) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement, in functions too, except under ``if TYPE_CHECKING:`` (unless
+    ``typed``)."""
     todo: list[ast.AST] = list(body)
     while todo:
         node = todo.pop()
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
-        elif isinstance(node, ast.If) and _is_type_checking(node.test):
+        elif isinstance(node, ast.If) and not typed and _is_type_checking(node.test):
             todo.extend(node.orelse)
         else:
             todo.extend(ast.iter_child_nodes(node))
@@ -65,13 +72,14 @@ def _with_parents(name: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
 
 
-def imports(name: str, path: Path, known: Mapping[str, Path], *, lazy: bool = False
-            ) -> set[str]:
+def imports(name: str, path: Path, known: Mapping[str, Path], *, lazy: bool = False,
+            typed: bool = False) -> set[str]:
     """The modules of ``known`` that importing ``name`` (the file ``path``) imports at once.
 
     The packages ``name`` is inside are being imported already when it runs; they are edges
     only when ``name`` takes a name defined in one (``from . import X``, X not a module).
-    ``lazy``: the imports inside functions count too (what the module depends on at all)."""
+    ``lazy``: the imports inside functions count too; ``typed``: those under
+    ``if TYPE_CHECKING:`` too (with both: what the module depends on at all)."""
     is_package = path.name == "__init__.py"
     package = name if is_package else name.rpartition(".")[0]
     ancestors = set(_with_parents(name))
@@ -81,7 +89,7 @@ def imports(name: str, path: Path, known: Mapping[str, Path], *, lazy: bool = Fa
         found.update(m for m in _with_parents(target) if m in known and m not in ancestors)
 
     body = ast.parse(path.read_text(encoding="utf-8")).body
-    for node in (_everywhere(body) if lazy else _module_level(body)):
+    for node in (_everywhere(body, typed) if lazy else _module_level(body, typed)):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 add(alias.name)
@@ -102,11 +110,14 @@ def imports(name: str, path: Path, known: Mapping[str, Path], *, lazy: bool = Fa
     return found
 
 
-def graph(src: Path, package: str, *, lazy: bool = False) -> dict[str, set[str]]:
+def graph(src: Path, package: str, *, lazy: bool = False, typed: bool = False
+          ) -> dict[str, set[str]]:
     """Module -> the modules it imports at module level (within ``package`` only); with
-    ``lazy``, the imports inside functions too."""
+    ``lazy``, the imports inside functions too; with ``typed``, those under
+    ``if TYPE_CHECKING:`` too."""
     known = modules(src, package)
-    return {name: imports(name, path, known, lazy=lazy) for name, path in known.items()}
+    return {name: imports(name, path, known, lazy=lazy, typed=typed)
+            for name, path in known.items()}
 
 
 def cycles(edges: Mapping[str, set[str]]) -> list[list[str]]:
@@ -143,3 +154,71 @@ def cycles(edges: Mapping[str, set[str]]) -> list[list[str]]:
         if v not in index:
             visit(v)
     return found
+
+
+def _module_path(roots: Mapping[str, Path], parts: list[str]) -> Path | None:
+    base = roots.get(parts[0])
+    if base is None:
+        return None
+    folder = base.joinpath(*parts)
+    if (folder / "__init__.py").is_file():
+        return folder / "__init__.py"
+    file = folder.with_suffix(".py")
+    return file if len(parts) > 1 and file.is_file() else None
+
+
+def _bindings(body: list[ast.stmt]) -> dict[str, ast.AST]:
+    """Name -> the statement that binds it, at the top of ``body`` (in top-level ``if`` and
+    ``try`` blocks too; a package's lazy ``_LAZY = {name: module}`` table counts)."""
+    out: dict[str, ast.AST] = {}
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out[node.name] = node
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        out[name.id] = node
+                        if name.id == "_LAZY" and isinstance(node.value, ast.Dict):
+                            out.update((k.value, node) for k in node.value.keys
+                                       if isinstance(k, ast.Constant) and isinstance(k.value, str))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                out[(alias.asname or alias.name).split(".")[0]] = node
+        elif isinstance(node, ast.If):
+            out.update(_bindings(node.body))
+            out.update(_bindings(node.orelse))
+        elif isinstance(node, ast.Try):
+            for block in (node.body, node.orelse, node.finalbody, *(h.body for h in node.handlers)):
+                out.update(_bindings(block))
+    return out
+
+
+def resolves(dotted: str, roots: Mapping[str, Path], depth: int = 0) -> bool:
+    """True when ``dotted`` (``pkg.module.Name.attr``) names a module of one of ``roots``
+    (package name -> the folder holding it), a name bound in it, or an attribute of a class
+    defined there (read from the source, nothing imported; a name a module imports is followed
+    to where it comes from; an attribute a class may inherit is taken on trust)."""
+    parts = dotted.split(".")
+    cut = next((k for k in range(len(parts), 0, -1) if _module_path(roots, parts[:k])), 0)
+    if not cut or depth > 8:
+        return False
+    if cut == len(parts):
+        return True
+    path = _module_path(roots, parts[:cut])
+    assert path is not None
+    name, rest = parts[cut], parts[cut + 1:]
+    node = _bindings(ast.parse(path.read_text(encoding="utf-8")).body).get(name)
+    if node is None:
+        return False
+    if isinstance(node, ast.ImportFrom) and rest:
+        package = parts[:cut] if path.name == "__init__.py" else parts[:cut - 1]
+        origin = (package[:len(package) - node.level + 1] if node.level else []) + \
+            (node.module.split(".") if node.module else [])
+        real = next(a.name for a in node.names if (a.asname or a.name) == name)
+        return resolves(".".join([*origin, real, *rest]), roots, depth + 1)
+    if isinstance(node, ast.ClassDef) and rest:
+        own = _bindings(node.body)
+        return rest[0] in own or bool(node.bases)
+    return True
