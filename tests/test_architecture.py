@@ -152,3 +152,20 @@ def test_the_stale_name_check_finds_a_stale_name() -> None:
     assert import_graph.resolves("eliza_backends.Session", PACKAGES)  # the lazy table
     assert not import_graph.resolves("eliza_backends.completions.Generation", PACKAGES)
     assert not import_graph.resolves("eliza_llamacpp.session.load_model", PACKAGES)
+
+
+def test_the_plugin_table_names_every_plugin_file() -> None:
+    """docs/architecture.md's role table (a file name means the same role in every plugin)
+    lists exactly each plugin's modules, in its column."""
+    text = PAGE.read_text(encoding="utf-8")
+    table = text[text.index("| Role |"):].split("\n\n")[0].splitlines()
+    plugins = re.findall(r"`(\w+)`", table[0])
+    assert sorted(plugins) == sorted(p for p in PACKAGES if p != "eliza_backends")
+    listed: dict[str, set[str]] = {p: set() for p in plugins}
+    for row in table[2:]:
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        for plugin, cell in zip(plugins, cells[1:], strict=True):
+            listed[plugin] |= set(re.findall(r"`([a-z_][a-z0-9_]*)`", cell))  # not `Lane`
+    for plugin in plugins:
+        real = {p.stem for p in (PACKAGES[plugin] / plugin).glob("*.py")}
+        assert listed[plugin] == real, plugin

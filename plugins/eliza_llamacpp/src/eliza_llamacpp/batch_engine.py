@@ -47,10 +47,10 @@ from eliza_backends import (
     SessionClosedError,
     StreamConfig,
 )
-from eliza_backends.backend import Piece, StepScheduler
+from eliza_backends.backend import Piece, StepScheduler, cpu_count
 
 from .lane import TargetLinkedDrafter
-from .llama_context import Outputs, default_threads, load_seq, new_context, save_seq
+from .llama_context import Outputs, load_seq, new_context, save_seq
 from .model import LoadedModel, use_extra_buffers
 from .options import LlamaCppOptions
 
@@ -217,7 +217,7 @@ def shared_engine(context: InferenceContext, model: LoadedModel, config: StreamC
                   options: LlamaCppOptions) -> BatchEngine:
     """The engine of ``context`` for ``model`` and the settings that must match to share one
     ``llama_context`` (threads, context and batch sizes, KV cache and flash attention)."""
-    key = ("llama.cpp-batched", str(model.path), config.threads or default_threads(),
+    key = ("llama.cpp-batched", str(model.path), config.threads or cpu_count(),
            config.context_size, config.batch_size, options.n_ubatch, options.flash_attention,
            options.kv_cache_type, options.n_gpu_layers, use_extra_buffers(options),
            context.parallel)

@@ -9,12 +9,12 @@ The lanes (:mod:`~eliza_llamacpp.solo`, :mod:`~eliza_llamacpp.batch_engine`) and
 from __future__ import annotations
 
 import ctypes
-import os
 from typing import Any, Literal
 
 import llama_cpp as lc
 
 from eliza_backends import BackendRuntimeError, StreamConfig
+from eliza_backends.backend import cpu_count
 
 from . import model_checks
 from .model import LoadedModel
@@ -25,14 +25,6 @@ Outputs = Literal["all", "last", "none"]
 _FLASH_ATTN = {"off": lc.LLAMA_FLASH_ATTN_TYPE_DISABLED, "on": lc.LLAMA_FLASH_ATTN_TYPE_ENABLED,
                "auto": lc.LLAMA_FLASH_ATTN_TYPE_AUTO}
 _KV_TYPES = {"f16": lc.GGML_TYPE_F16, "f32": lc.GGML_TYPE_F32, "q8_0": lc.GGML_TYPE_Q8_0}
-
-
-def default_threads() -> int:
-    """The CPUs this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
 
 
 def new_context(model: LoadedModel, config: StreamConfig, what: str, *,
@@ -49,7 +41,7 @@ def new_context(model: LoadedModel, config: StreamConfig, what: str, *,
     is then an MTP one (``LLAMA_CONTEXT_TYPE_MTP``) over it, one token and one output per
     decode (Gemma 4's assistant: its attention reads that context's KV cache, so the flash
     attention setting and cache type must be the target's)."""
-    threads = config.threads or default_threads()
+    threads = config.threads or cpu_count()
     params = lc.llama_context_default_params()
     params.n_ctx = config.context_size * n_seq
     params.n_batch = config.batch_size
@@ -111,5 +103,5 @@ def load_seq(ctx: Any, seq: int, state: bytes) -> bool:
     return bool(lc.llama_state_seq_set_data(ctx, buf, len(state), seq))
 
 
-__all__ = ["Outputs", "default_threads", "fill_batch", "load_seq", "new_context",
+__all__ = ["Outputs", "fill_batch", "load_seq", "new_context",
            "one_token_batch", "save_seq"]
