@@ -98,6 +98,14 @@ def test_no_import_circle_between_files(package: str) -> None:
     assert [c for c in import_graph.cycles(edges) if c not in KNOWN_CIRCLES] == []
 
 
+@pytest.mark.parametrize("plugin", sorted(set(PACKAGES) - {"eliza_backends"}))
+def test_no_plugin_module_imports_its_plugins_init(plugin: str) -> None:
+    """The ``__init__`` is the plugin's front door (the Factory, light); a constant two
+    modules share lives in a leaf module."""
+    edges = import_graph.graph(PACKAGES[plugin], plugin, lazy=True, typed=True)
+    assert sorted(m for m, targets in edges.items() if plugin in targets) == []
+
+
 def test_the_full_graph_has_type_only_and_lazy_edges(tmp_path: Path) -> None:
     """The check above can fail: a circle closed by a function-level import and a
     ``TYPE_CHECKING`` one is found only in the full graph."""
