@@ -20,8 +20,9 @@ from eliza_backends import (
     open_stream,
 )
 from eliza_backends.config import StreamConfig
-from eliza_backends.openai.completions import FINISH_REASONS, finish_reason, session_key
+from eliza_backends.openai.generation import FINISH_REASONS, finish_reason
 from eliza_backends.openai.types import ChatCompletion, ChatCompletionChunk, Completion
+from eliza_backends.serving import session_key
 
 ORACLE = json.loads((TINY_BUNDLE / "oracle.json").read_text())
 PROMPTS = {p["name"]: p for p in ORACLE["prompts"]}

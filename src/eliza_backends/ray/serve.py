@@ -46,7 +46,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..batch import DEFAULT_PARALLEL
 from ..config import StreamConfig
-from ..openai.completions import model_name
+from ..serving import model_name
 from ..server.app import create_app
 from ..server.pool import SessionPool
 from .resources import reserved_cores

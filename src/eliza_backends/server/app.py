@@ -34,7 +34,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -44,16 +44,10 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..config import StreamConfig
-from ..errors import CancelledError, ContextFullError, ElizaError, UnsupportedOperationError
-from ..openai.completions import (
-    Generation,
-    Prompt,
-    Responder,
-    generation_for,
-    request_prompt,
-    session_config,
-    usage_of,
-)
+from ..errors import CancelledError, ContextFullError, ElizaError
+from ..openai import chat, completions
+from ..openai.formatting import Responder, usage_of
+from ..openai.generation import Generation, GenerationJob
 from ..openai.types import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -64,7 +58,6 @@ from ..openai.types import (
     RequestError,
     parse_request,
 )
-from ..prompt.chat import render_chat
 from ..stream import Stream
 from .pool import Lease, PoolClosedError, PoolFullError, SessionPool
 
@@ -236,25 +229,21 @@ class OpenAIServer:
         try:
             req = parse_request(ChatCompletionRequest, await self._body(request))
             self._check_model(req.model)
-            template = self.pool.chat_template
-            if not template:
-                raise UnsupportedOperationError(
-                    f"the model {self.model!r} ships no chat template; use /v1/completions")
-            routing = render_chat(template, [m.for_template() for m in req.messages],
-                                  add_generation_prompt=True, **self.pool.template_tokens)
-            return await self._generate(request, req, "chat", routing)
+            routing = chat.prompt_text(req, self.pool.chat_template, self.pool.template_tokens,
+                                       self.model)
+            return await self._generate(request, chat.chat_job(req), req, "chat", routing)
         except Exception as exc:
-            return self._fail(request, exc, "messages")
+            return self._fail(request, exc, chat.PROMPT_PARAM)
 
     async def completions(self, request: Request) -> Response:
         try:
             req = parse_request(CompletionRequest, await self._body(request))
             self._check_model(req.model)
-            routing = req.prompt if isinstance(req.prompt, str) else \
-                str(req.prompt[0]) if isinstance(req.prompt[0], str) else ""
-            return await self._generate(request, req, "text", routing)
+            routing = completions.prompt_text(req)
+            return await self._generate(request, completions.completion_job(req), req, "text",
+                                        routing)
         except Exception as exc:
-            return self._fail(request, exc, "prompt")
+            return self._fail(request, exc, completions.PROMPT_PARAM)
 
     def _check_model(self, name: str | None) -> None:
         if name is not None and name != self.model:
@@ -265,23 +254,24 @@ class OpenAIServer:
         request.scope[_LOG_KEY]["error"] = error.detail.code or error.detail.type
         return error.response()
 
-    async def _generate(self, request: Request, req: ChatCompletionRequest | CompletionRequest,
-                        kind: str, routing: str) -> Response:
-        """Starts ``req`` on a leased session (its first choice's prompt is decoded before this
-        returns, so prompt errors become plain HTTP errors) and answers it, whole or streamed."""
+    async def _generate(self, request: Request, job: GenerationJob,
+                        req: ChatCompletionRequest | CompletionRequest,
+                        kind: Literal["chat", "text"], routing: str) -> Response:
+        """Starts ``job`` (of ``req``) on a leased session (its first choice's prompt is decoded
+        before this returns, so prompt errors become plain HTTP errors) and answers it, whole
+        or streamed."""
         log: dict[str, Any] = request.scope[_LOG_KEY]
-        prompt = request_prompt(req)
-        responder = Responder("chat" if kind == "chat" else "text", self.model)
-        configs = [session_config(self.pool.config, req, i) for i in range(req.n)]
+        responder = Responder(kind, self.model)
+        configs = [job.session_config(self.pool.config, i) for i in range(job.n)]
         lease = await self.pool.acquire(routing, configs[0])
         log["slot"] = lease.slot.index
         try:
-            first = await lease.call(_starter(req, prompt), configs[0])
+            first = await lease.call(_starter(job), configs[0])
         except BaseException:
             lease.release()
             raise
         log["prompt_tokens"], log["cached_tokens"] = first.prompt_tokens, first.cached_tokens
-        run = _Run(req, prompt, configs, lease, first, log, routing, responder)
+        run = _Run(job, req.include_usage, configs, lease, first, log, routing, responder)
         if not req.stream:
             return await run.whole(self._cancel_on_disconnect(request, lease))
         return GenerationResponse(run.events(), lease)
@@ -295,11 +285,10 @@ class OpenAIServer:
                 return
 
 
-def _starter(req: ChatCompletionRequest | CompletionRequest,
-             prompt: Prompt) -> Callable[[Stream], Generation]:
-    """The slot-thread job that starts one choice of ``req`` on the leased stream."""
+def _starter(job: GenerationJob) -> Callable[[Stream], Generation]:
+    """The slot-thread work that starts one choice of ``job`` on the leased stream."""
     def start(stream: Stream) -> Generation:
-        gen = generation_for(stream, req, prompt)
+        gen = Generation.of_job(stream, job)
         gen.start()
         return gen
     return start
@@ -310,10 +299,10 @@ class _Run:
     logs how it ended and gives the lease back (with the text it holds) exactly once per path.
     Owned by the request's task; the lease's slot thread runs the steps."""
 
-    def __init__(self, req: ChatCompletionRequest | CompletionRequest, prompt: Prompt,
-                 configs: list[StreamConfig], lease: Lease, first: Generation, log: dict[str, Any],
-                 routing: str, responder: Responder) -> None:
-        self.req, self.prompt, self.configs = req, prompt, configs
+    def __init__(self, job: GenerationJob, include_usage: bool, configs: list[StreamConfig],
+                 lease: Lease, first: Generation, log: dict[str, Any], routing: str,
+                 responder: Responder) -> None:
+        self.job, self.include_usage, self.configs = job, include_usage, configs
         self.lease, self.first, self.log = lease, first, log
         self.routing, self.responder = routing, responder
         self.finished: list[Generation] = []
@@ -323,10 +312,9 @@ class _Run:
         each step's text with a snapshot of the generation after that step (the slot's thread
         runs the steps ahead of the consumer: :meth:`Lease.run_steps`)."""
         gen = self.first
-        for index in range(self.req.n):
+        for index in range(self.job.n):
             if index:
-                gen = await self.lease.call(_starter(self.req, self.prompt),
-                                            self.configs[index])
+                gen = await self.lease.call(_starter(self.job), self.configs[index])
             yield index, gen, None
             meter, counted = self.lease.pool.throughput, gen.completion_tokens
             async for text, seen in self.lease.run_steps(_stepper(gen), lambda out: out[1].done):
@@ -381,7 +369,7 @@ class _Run:
                         yield sse(chunk)
                 elif text or gen.done or gen.step_logprobs:
                     yield sse(responder.chunk(index, text, gen.finish_reason, gen))
-            if self.req.include_usage:
+            if self.include_usage:
                 yield sse(responder.usage_chunk(usage_of(self.finished)))
             await lease.release(self.held_text())
             yield sse("[DONE]")
