@@ -194,9 +194,10 @@ class Generation:
     def finish_reason(self) -> OpenAIFinishReason | None:
         """Why it ended, in OpenAI's terms (None while it runs): ``"tool_calls"``, or
         :data:`FINISH_REASONS` of :attr:`ended`."""
-        if self.ended is None or self.ended == "tool_calls":
-            return self.ended
-        return FINISH_REASONS[self.ended]
+        ended = self.ended
+        if ended is None:
+            return None
+        return "tool_calls" if ended == "tool_calls" else FINISH_REASONS[ended]
 
     @property
     def done(self) -> bool:

@@ -20,8 +20,9 @@ Errors always have OpenAI's body, ``{"error": {"message", "type", "param", "code
 A failure after a stream has started is sent as a last event ``data: {"error": {...}}``.
 The mapping is :func:`~eliza_backends.server.api_errors.api_error`'s; each route parses and
 checks its request, turns it into the core's job through its front-end
-(:mod:`eliza_backends.openai.chat`, :mod:`eliza_backends.openai.completions`) and answers through
-:mod:`eliza_backends.server.run` with the OpenAI :class:`~eliza_backends.openai.formatting.Responder`.
+(:mod:`eliza_backends.openai.chat`, :mod:`eliza_backends.openai.completions`) and answers
+through :mod:`eliza_backends.server.run` with the OpenAI
+:class:`~eliza_backends.openai.formatting.Responder`.
 A client that disconnects cancels its generation within one step; the session is rewound and
 returned to the pool. Every request is logged to ``eliza_backends.server.access`` with its
 fields in the record's ``access`` attribute (see :mod:`eliza_backends.server.serve`).
