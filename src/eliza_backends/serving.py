@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .bundle import load_manifest
@@ -51,6 +52,20 @@ class SamplingSettings(Protocol):
     def seed(self) -> int | None: ...
     @property
     def ignore_eos(self) -> bool | None: ...
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """:class:`SamplingSettings` as plain data, for a front-end whose request model names its
+    fields otherwise or lacks some (None: the base config's)."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    repeat_penalty: float | None = None
+    seed: int | None = None
+    ignore_eos: bool | None = None
 
 
 def session_config(base: StreamConfig, request: SamplingSettings, choice: int = 0
@@ -90,5 +105,5 @@ def model_name(bundle_dir: str | os.PathLike[str]) -> str:
     return name or os.path.basename(os.path.abspath(bundle_dir))
 
 
-__all__ = ["SESSION_FIELDS", "SamplingSettings", "SessionKey", "model_name", "serving_config",
-           "session_config", "session_key"]
+__all__ = ["SESSION_FIELDS", "Sampling", "SamplingSettings", "SessionKey", "model_name",
+           "serving_config", "session_config", "session_key"]
