@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import PluginSite
+from conftest import TINY_BUNDLE, PluginSite
 
 from eliza_backends import Registry
 from eliza_backends.cli import configure_logging
@@ -122,3 +122,16 @@ def test_a_bad_declaration_is_a_broken_plugin(plugin_site: PluginSite) -> None:
 def test_the_first_party_plugins_declare_their_native_loggers() -> None:
     registry = Registry(environ={"ELIZA_BACKENDS_PLUGINS": "llamacpp,litert"})
     assert {"eliza_llamacpp.native", "eliza_litert.native"} <= set(native_logger_names(registry))
+
+
+def test_a_command_that_loads_no_runtime_discovers_no_plugin() -> None:
+    """``bundle verify`` / ``create`` skip the native loggers and so the plugin discovery
+    (pluggy, importlib.metadata, every plugin module): a third of a second here."""
+    code = ("import contextlib, io, sys\nfrom eliza_backends.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    assert main(['bundle', 'verify', {str(TINY_BUNDLE)!r}, '--no-hash']) == 0\n"
+            "print([m for m in ('pluggy', 'eliza_backends.registry', 'eliza_llamacpp') "
+            "if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert out.stdout.strip() == "[]"

@@ -61,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InvalidArgumentError as exc:  # bad usage: one line, before any model loads
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    configure_logging(args.verbose, args.quiet)
+    configure_logging(args.verbose, args.quiet, native=getattr(args, "loads_runtime", True))
     try:
         code: int = args.func(args)
         return code

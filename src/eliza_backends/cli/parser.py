@@ -198,7 +198,8 @@ _COMMANDS: tuple[tuple[str, str, tuple[_Step, ...], dict[str, Any]], ...] = (
 )
 
 
-#: The ``bundle`` subcommands, as :data:`_COMMANDS`.
+#: The ``bundle`` subcommands, as :data:`_COMMANDS`; ``loads_runtime=False``: the command
+#: loads no backend, so its logging setup skips the plugins' native loggers.
 _BUNDLE_COMMANDS: tuple[tuple[str, str, tuple[_Step, ...], dict[str, Any]], ...] = (
     ("create", "lay out text/ and write manifest.json", (
         _arg("out", metavar="OUT", help="the bundle folder to create (may exist)"),
@@ -208,11 +209,11 @@ _BUNDLE_COMMANDS: tuple[tuple[str, str, tuple[_Step, ...], dict[str, Any]], ...]
         _arg("--name", help="the bundle's name in the manifest (default: OUT's name)"),
         _arg("--link", action="store_true",
              help="hard-link the files instead of copying them (same filesystem only)"),
-        _json_flag), dict(func=cmd_bundle_create)),
+        _json_flag), dict(func=cmd_bundle_create, loads_runtime=False)),
     ("verify", "check the files against manifest.json", (
         _arg("bundle", metavar="BUNDLE", help="the bundle folder"),
         _arg("--no-hash", action="store_true", help="check sizes only"),
-        _json_flag), dict(func=cmd_bundle_verify)),
+        _json_flag), dict(func=cmd_bundle_verify, loads_runtime=False)),
 )
 
 
