@@ -2,9 +2,9 @@
 
 One stderr handler for every logger. The runtimes' native output (llama.cpp's log callback,
 LiteRT's captured stderr) goes to loggers that each plugin declares on its factory
-(:attr:`Factory.native_loggers <eliza_backends.backend.factory.Factory.native_loggers>`), so
-a third-party plugin's are configured like the first-party ones: the CLI asks the registry
-for the factories it already builds (which imports the plugin modules, never a runtime).
+(``Factory.native_loggers``), so a third-party plugin's are configured like the first-party
+ones: the CLI asks the registry for the factories it already builds (which imports the plugin
+modules, never a runtime).
 """
 
 from __future__ import annotations

@@ -130,7 +130,6 @@ def _arg(*names: str, **options: Any) -> _Step:
 
 _BUNDLE_ARG = _arg("bundle", metavar="BUNDLE", help=_BUNDLE_HELP)
 
-
 #: The commands: (name, help and description, steps in help order, ``set_defaults`` keywords).
 _COMMANDS: tuple[tuple[str, str, tuple[_Step, ...], dict[str, Any]], ...] = (
     ("list", "installed backends, availability and rank", (_json_flag,), dict(func=cmd_list)),
@@ -220,8 +219,6 @@ _BUNDLE_COMMANDS: tuple[tuple[str, str, tuple[_Step, ...], dict[str, Any]], ...]
 #: ``bundle convert``: a plain subparser (no description, no verbosity flags of its own).
 _CONVERT_HELP = ("convert a GGUF or a Hugging Face checkpoint folder into a bundle in every "
                  "format (needs the converter tools: pip install 'eliza-backends[convert]')")
-
-
 _CONVERT_STEPS: tuple[_Step, ...] = (
     _arg("src", help="a .gguf file or a Hugging Face checkpoint folder (config.json, "
          "safetensors, tokenizer files)"),
