@@ -18,7 +18,7 @@ import pytest
 from eliza_backends import BundleError, InvalidArgumentError, create_bundle, verify_bundle
 from eliza_backends.convert import MissingToolError, parse_plan
 from eliza_backends.convert.gguf_source import TokenizerFacts
-from eliza_backends.convert.hf_checkpoint import _unpermute, permute_rotary
+from eliza_backends.convert.hf_checkpoint import permute_rotary, unpermute_rotary
 from eliza_backends.convert.stages import StageRunner
 from eliza_backends.convert.tokenizer_build import (
     hf_tokenizer_json,
@@ -66,7 +66,7 @@ def test_cli_convert_refuses_a_non_gguf_source(tmp_path: Path) -> None:
 
 def test_unpermute_inverts_llama_cpp_rotary_layout() -> None:
     w = np.arange(8 * 64 * 5, dtype=np.float32).reshape(8 * 64, 5)
-    assert np.array_equal(_unpermute(permute_rotary(w, 8), 8), w)
+    assert np.array_equal(unpermute_rotary(permute_rotary(w, 8), 8), w)
     assert not np.array_equal(permute_rotary(w, 8), w)
 
 
@@ -300,7 +300,7 @@ def test_a_gemma4_folder_is_read_as_its_text_model() -> None:
 
 
 def test_a_conditional_generation_config_gives_its_text_model() -> None:
-    from eliza_backends.convert.gemma4 import text_config, text_tensor_name
+    from eliza_backends.convert.families.gemma4 import text_config, text_tensor_name
 
     text = json.loads((GEMMA4_TARGET / "config.json").read_text())
     nested = {"model_type": "gemma4", "architectures": ["Gemma4ForConditionalGeneration"],
@@ -317,7 +317,7 @@ def test_a_conditional_generation_config_gives_its_text_model() -> None:
 
 def test_a_gemma4_assistant_is_refused_as_a_source_and_checked_as_a_draft(tmp_path: Path
                                                                           ) -> None:
-    from eliza_backends.convert.gemma4 import check_assistant
+    from eliza_backends.convert.families.gemma4 import check_assistant
     from eliza_backends.convert.hf_source import HFSource
 
     facts = HFSource(GEMMA4_TARGET).facts()
@@ -345,12 +345,12 @@ def test_gemma4_requests_are_checked_before_any_work(tmp_path: Path,
     """No llama.cpp converter script: the error says where it comes from; a draft for a GGUF
     source."""
     from eliza_backends.convert import convert, toolchain
-    from eliza_backends.convert.pipeline import _gemma4_request
+    from eliza_backends.convert.pipeline import _llama_cpp_request
 
     monkeypatch.delenv("ELIZA_LLAMA_CPP_CONVERTER", raising=False)
     monkeypatch.setattr(sys, "prefix", str(tmp_path))
     with pytest.raises(MissingToolError, match=r"convert_hf_to_gguf\.py"):
-        _gemma4_request(parse_plan("gguf"))
+        _llama_cpp_request(parse_plan("gguf"))
     assert not toolchain.can_make("hf-llama-cpp")
     gguf = Path(__file__).resolve().parent.parent / "examples" / "bundles" / "gemma4-tiny" / \
         "text" / "gemma4-tiny-f32.gguf"
