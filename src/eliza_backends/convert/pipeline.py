@@ -34,7 +34,7 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -45,71 +45,22 @@ from ..hashing import cache_dir, sha256_file
 from . import toolchain
 from .families import ModelFamily, for_architecture
 from .llamacpp_convert import confirmed, llamacpp_token_facts
+from .plan import (
+    DEFAULT_PRECISION,
+    FORMAT_NAMES,
+    FORMAT_TOOLS,
+    PRECISIONS,
+    ConvertPlan,
+    host_formats,
+    parse_plan,
+)
 from .stages import StageRunner, content_key
-
-FORMAT_NAMES = ("gguf", "mlx", "litert", "coreml")
-PRECISIONS: dict[str, tuple[str, ...]] = {
-    "gguf": ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_k"),
-    "mlx": ("f32", "f16", "bf16", "q8", "q4"),
-    "litert": ("fp32", "int8"),
-    "coreml": ("fp32", "fp16"),
-}
-DEFAULT_PRECISION = {"gguf": "f32", "mlx": "f32", "litert": "fp32", "coreml": "fp32"}
-#: format -> the toolchain.NEEDS key that must be installed to make it
-_TOOLS = {"gguf": "gguf", "mlx": "mlx", "litert": "litert", "coreml": "coreml"}
 
 
 def default_cache_dir() -> Path:
     """``$ELIZA_CACHE_DIR`` or ``$XDG_CACHE_HOME/eliza-backends`` (``~/.cache/...``): the one
     cache root of :func:`eliza_backends.hashing.cache_dir`."""
     return cache_dir()
-
-
-@dataclass(frozen=True)
-class ConvertPlan:
-    """What to make: formats with their precisions, LiteRT shapes, verification."""
-
-    formats: dict[str, tuple[str, ...]]
-    prefill_lengths: tuple[int, ...] = (128,)
-    cache_length: int = 1024
-    litert_tokenizer: str = "auto"  # auto | hf | sp
-    verify: bool = False
-    name: str | None = None
-    threads: int | None = None
-    keep_source_gguf: bool = True
-
-
-def host_formats() -> list[str]:
-    """The formats whose tools are installed here, in :data:`FORMAT_NAMES` order."""
-    return [f for f in FORMAT_NAMES if toolchain.can_make(_TOOLS[f])]
-
-
-def parse_plan(formats: str | None, precision: Sequence[str] = (), **kw: Any) -> ConvertPlan:
-    """Build a :class:`ConvertPlan` from CLI-style text: ``formats="gguf,mlx"``,
-    ``precision=["gguf=f32,q8_0", "mlx=q4"]`` (a bare value applies to every format that
-    accepts it). :class:`InvalidArgumentError` for unknown names."""
-    names = [f.strip() for f in formats.split(",") if f.strip()] if formats else host_formats()
-    for n in names:
-        if n not in FORMAT_NAMES:
-            raise InvalidArgumentError(f"unknown format {n!r}; choose from "
-                                       f"{', '.join(FORMAT_NAMES)}")
-    chosen: dict[str, list[str]] = {}
-    for item in precision:
-        fmt, eq, values = item.partition("=")
-        targets = [fmt] if eq else [n for n in names if item in PRECISIONS[n]]
-        vals = values.split(",") if eq else [item]
-        if eq and fmt not in FORMAT_NAMES:
-            raise InvalidArgumentError(f"--precision {item!r}: unknown format {fmt!r}")
-        if not targets:
-            raise InvalidArgumentError(f"--precision {item!r} fits none of {names}")
-        for t in targets:
-            for v in vals:
-                if v not in PRECISIONS[t]:
-                    raise InvalidArgumentError(
-                        f"--precision {t}={v}: {t} takes {', '.join(PRECISIONS[t])}")
-                chosen.setdefault(t, []).append(v)
-    plan = {n: tuple(dict.fromkeys(chosen.get(n) or [DEFAULT_PRECISION[n]])) for n in names}
-    return ConvertPlan(formats=plan, **kw)
 
 
 def _slug(text: str) -> str:
@@ -183,7 +134,7 @@ def _check_request(source: Path, plan: ConvertPlan) -> bool:
         raise InvalidArgumentError(f"{source} is not a .gguf file or a Hugging Face folder")
     toolchain.require("hf")
     for fmt in plan.formats:
-        toolchain.require(_TOOLS[fmt])
+        toolchain.require(FORMAT_TOOLS[fmt])
     if plan.verify:
         toolchain.require("verify")
     return from_hf

@@ -6,6 +6,7 @@ layout (:func:`..hf_checkpoint.permute_rotary`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -22,6 +23,16 @@ LAYER_NAMES = {
 }
 
 
+def _rotary_rows(facts: ModelFacts, hf_key: str, array: Any,
+                 permute: Callable[[Any, int], Any]) -> Any:
+    """``array`` with ``permute`` applied to its rows when it is a q or k projection."""
+    if hf_key.endswith("q_proj.weight"):
+        return permute(array, facts.num_heads)
+    if hf_key.endswith("k_proj.weight"):
+        return permute(array, facts.num_kv_heads)
+    return array
+
+
 class Llama(ModelFamily):
     """``llama``: see the module docstring."""
 
@@ -32,18 +43,10 @@ class Llama(ModelFamily):
     layer_names = LAYER_NAMES
 
     def hf_layout(self, facts: ModelFacts, hf_key: str, array: Any) -> Any:
-        if hf_key.endswith("q_proj.weight"):
-            return unpermute_rotary(array, facts.num_heads)
-        if hf_key.endswith("k_proj.weight"):
-            return unpermute_rotary(array, facts.num_kv_heads)
-        return array
+        return _rotary_rows(facts, hf_key, array, unpermute_rotary)
 
     def gguf_layout(self, facts: ModelFacts, hf_key: str, array: Any) -> Any:
-        if hf_key.endswith("q_proj.weight"):
-            return permute_rotary(array, facts.num_heads)
-        if hf_key.endswith("k_proj.weight"):
-            return permute_rotary(array, facts.num_kv_heads)
-        return array
+        return _rotary_rows(facts, hf_key, array, permute_rotary)
 
     def hf_config_fields(self, facts: ModelFacts) -> dict[str, Any]:
         return dict(architectures=["LlamaForCausalLM"], model_type="llama", hidden_act="silu",
