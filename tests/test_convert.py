@@ -356,3 +356,23 @@ def test_gemma4_requests_are_checked_before_any_work(tmp_path: Path,
         "text" / "gemma4-tiny-f32.gguf"
     with pytest.raises(InvalidArgumentError, match="--draft goes with a Hugging Face folder"):
         convert(gguf, tmp_path / "b", parse_plan("gguf"), draft=GEMMA4_TARGET, log=None)
+
+
+def test_every_model_type_and_architecture_has_one_family(tmp_path: Path) -> None:
+    """The families table: one family per model_type and per architecture, each found by
+    both; a model_type no family converts is refused with the ones that do and the hint of
+    the family that recognises it."""
+    from eliza_backends.convert import families
+
+    types = [t for f in families.FAMILIES for t in f.model_types]
+    archs = [f.architecture for f in families.FAMILIES]
+    assert len(types) == len(set(types)) and len(archs) == len(set(archs))
+    for family in families.FAMILIES:
+        assert families.for_architecture(family.architecture) is family
+        for model_type in family.model_types:
+            assert families.for_model_type(model_type, tmp_path) is family
+    assert families.gguf_architectures() == ("llama", "gemma3")
+    with pytest.raises(BundleError, match=r"'gemma3' is not one .*gemma4_text.*multimodal"):
+        families.for_model_type("gemma3", tmp_path)
+    with pytest.raises(BundleError, match="'mistral' is not one the converter maps"):
+        families.for_model_type("mistral", tmp_path)

@@ -42,6 +42,13 @@ Core ML
 Drafts
     ``check_draft(folder, config, facts) -> config`` for a folder of ``draft_model_types``.
 
+Each ``model_type`` and each architecture belongs to one family (checked by
+tests/test_convert.py). The next families fit the same contract: Gemma 4 multimodal (the
+``gemma4`` ``model_type``, then no longer the text family's: its towers as a second llama.cpp
+run with ``--mmproj``, an mlx-vlm folder and a multimodal ``.litertlm`` through its own
+``litert_source`` / flags) and Gemma 4 Unified; the pipeline places only the first llama.cpp
+GGUF in the bundle today, so such a family also adds the placing of its extra outputs.
+
 Adapters are stateless singletons (safe from any thread); they import heavy tools (torch,
 mlx-lm) inside the methods that need them, so importing this package stays cheap. An adapter
 imports what is below it (:mod:`..facts`, :mod:`..hf_folder`, :mod:`..hf_checkpoint`, the
