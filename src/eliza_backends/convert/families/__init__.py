@@ -19,7 +19,9 @@ Model facts
     ``model_facts(source: HFFolder) -> ModelFacts`` (end ids as the folder says them;
     :class:`~...errors.BundleError` for what the family does not map);
     ``gguf_facts(need, head_dim) -> dict`` the family's own ModelFacts fields from a GGUF
-    (``need(key)`` reads ``<architecture>.<key>``).
+    (``need(key)`` reads ``<architecture>.<key>``). The default ``model_facts`` reads a
+    llama-shaped config, adjusted by ``full_attention_rope``, ``config_facts``,
+    ``check_facts``, ``default_rope_theta`` and ``sentencepiece_space_prefix``.
 Float32 stage (the ``hf`` stage every format is made from)
     ``llama_cpp_gguf`` (bool): llama.cpp's ``convert_hf_to_gguf.py`` writes the GGUFs, each of
     ``llama_cpp_runs() -> ((file name, extra script arguments), ...)`` from the source folder
@@ -43,11 +45,11 @@ Drafts
     ``check_draft(folder, config, facts) -> config`` for a folder of ``draft_model_types``.
 
 Each ``model_type`` and each architecture belongs to one family (checked by
-tests/test_convert.py). The next families fit the same contract: Gemma 4 multimodal (the
-``gemma4`` ``model_type``, then no longer the text family's: its towers as a second llama.cpp
-run with ``--mmproj``, an mlx-vlm folder and a multimodal ``.litertlm`` through its own
-``litert_source`` / flags) and Gemma 4 Unified; the pipeline places only the first llama.cpp
-GGUF in the bundle today, so such a family also adds the placing of its extra outputs.
+tests/test_convert.py). Room for the next families: Gemma 4 multimodal takes the ``gemma4``
+``model_type`` over from the text family (its towers as a second llama.cpp run with
+``--mmproj``; its own ``litert_source`` / flags), Gemma 4 Unified is one more module. Not in
+the contract yet (the next step adds it): placing extra GGUFs (the pipeline places only
+``model-f32.gguf``), an mlx-vlm folder instead of mlx-lm's, a multimodal ``.litertlm``.
 
 Adapters are stateless singletons (safe from any thread); they import heavy tools (torch,
 mlx-lm) inside the methods that need them, so importing this package stays cheap. An adapter

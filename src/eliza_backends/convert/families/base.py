@@ -22,11 +22,11 @@ _MLX_KEYS = ("hidden_size", "num_hidden_layers", "intermediate_size", "num_atten
              "tie_word_embeddings", "attention_bias", "mlp_bias", "layer_types", "model_type")
 
 
-def config_needer(source: HFFolder, what: str = "") -> Need:
-    """``need`` over ``source.config`` (``what``: appended to the error, e.g. " (text model)")."""
+def config_needer(source: HFFolder) -> Need:
+    """``need`` over ``source.config``."""
     def need(key: str) -> Any:
         if source.config.get(key) is None:
-            raise BundleError(f"{source.path}/config.json lacks {key}{what}")
+            raise BundleError(f"{source.path}/config.json lacks {key}")
         return source.config[key]
 
     return need
@@ -63,7 +63,7 @@ class ModelFamily:
     gguf_rope_dimension_count: ClassVar[bool] = True
     #: whether a SentencePiece vocabulary keeps its ``add_dummy_prefix``
     sentencepiece_space_prefix: ClassVar[bool] = True
-    #: rope base when ``config.json`` gives none (Hz-free: a plain number)
+    #: rope base when ``config.json`` gives none
     default_rope_theta: ClassVar[float] = 1e4
     #: extra ``litert_torch.generative.export_hf`` flags, after the converter's own
     litert_flags: ClassVar[tuple[str, ...]] = ()
