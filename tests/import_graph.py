@@ -6,10 +6,6 @@ an ``import`` / ``from ... import`` statement at module level, including those i
 classes' methods run later and are not edges. Importing ``p.q.r`` also runs ``p/__init__`` and
 ``p/q/__init__``, so those are edges too, and ``from p import name`` is an edge to ``p.name``
 when that is a module.
-
-With ``lazy`` the imports inside functions count too, and with ``typed`` those under
-``if TYPE_CHECKING:`` as well: together, every file one file depends on at all (the graph the
-no-circle rule of docs/architecture.md is about).
 """
 
 from __future__ import annotations
@@ -35,33 +31,32 @@ def _is_type_checking(test: ast.expr) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _module_level(body: list[ast.stmt], typed: bool = False
-                  ) -> Iterator[ast.Import | ast.ImportFrom]:
+def _module_level(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
     for node in body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
         elif isinstance(node, ast.If):
-            if typed or not _is_type_checking(node.test):
-                yield from _module_level(node.body, typed)
-            yield from _module_level(node.orelse, typed)
+            if not _is_type_checking(node.test):
+                yield from _module_level(node.body)
+            yield from _module_level(node.orelse)
         elif isinstance(node, ast.Try):
             for block in (node.body, node.orelse, node.finalbody,
                           *(h.body for h in node.handlers)):
-                yield from _module_level(block, typed)
+                yield from _module_level(block)
         elif isinstance(node, ast.With):
-            yield from _module_level(node.body, typed)
+            yield from _module_level(node.body)
 
 
-def _everywhere(body: list[ast.stmt], typed: bool = False
+def _everywhere(body: list[ast.stmt], type_only: bool = False
                 ) -> Iterator[ast.Import | ast.ImportFrom]:
     """Every import statement, in functions too, except under ``if TYPE_CHECKING:`` (unless
-    ``typed``)."""
+    ``type_only``)."""
     todo: list[ast.AST] = list(body)
     while todo:
         node = todo.pop()
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
-        elif isinstance(node, ast.If) and not typed and _is_type_checking(node.test):
+        elif isinstance(node, ast.If) and _is_type_checking(node.test) and not type_only:
             todo.extend(node.orelse)
         else:
             todo.extend(ast.iter_child_nodes(node))
@@ -73,13 +68,13 @@ def _with_parents(name: str) -> list[str]:
 
 
 def imports(name: str, path: Path, known: Mapping[str, Path], *, lazy: bool = False,
-            typed: bool = False) -> set[str]:
+            type_only: bool = False) -> set[str]:
     """The modules of ``known`` that importing ``name`` (the file ``path``) imports at once.
 
     The packages ``name`` is inside are being imported already when it runs; they are edges
     only when ``name`` takes a name defined in one (``from . import X``, X not a module).
-    ``lazy``: the imports inside functions count too; ``typed``: those under
-    ``if TYPE_CHECKING:`` too (with both: what the module depends on at all)."""
+    ``lazy``: the imports inside functions count too (what the module depends on at all);
+    ``type_only`` (with ``lazy``): those under ``if TYPE_CHECKING:`` too."""
     is_package = path.name == "__init__.py"
     package = name if is_package else name.rpartition(".")[0]
     ancestors = set(_with_parents(name))
@@ -89,7 +84,7 @@ def imports(name: str, path: Path, known: Mapping[str, Path], *, lazy: bool = Fa
         found.update(m for m in _with_parents(target) if m in known and m not in ancestors)
 
     body = ast.parse(path.read_text(encoding="utf-8")).body
-    for node in (_everywhere(body, typed) if lazy else _module_level(body, typed)):
+    for node in (_everywhere(body, type_only) if lazy else _module_level(body)):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 add(alias.name)
@@ -110,13 +105,13 @@ def imports(name: str, path: Path, known: Mapping[str, Path], *, lazy: bool = Fa
     return found
 
 
-def graph(src: Path, package: str, *, lazy: bool = False, typed: bool = False
+def graph(src: Path, package: str, *, lazy: bool = False, type_only: bool = False
           ) -> dict[str, set[str]]:
     """Module -> the modules it imports at module level (within ``package`` only); with
-    ``lazy``, the imports inside functions too; with ``typed``, those under
-    ``if TYPE_CHECKING:`` too."""
+    ``lazy``, the imports inside functions too; with ``type_only`` as well, those under
+    ``if TYPE_CHECKING:``."""
     known = modules(src, package)
-    return {name: imports(name, path, known, lazy=lazy, typed=typed)
+    return {name: imports(name, path, known, lazy=lazy, type_only=type_only)
             for name, path in known.items()}
 
 

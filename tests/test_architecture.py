@@ -12,6 +12,7 @@ that a docstring, message or doc page mentions still names something.
 
 from __future__ import annotations
 
+import ast
 import re
 import textwrap
 from pathlib import Path
@@ -80,29 +81,25 @@ def test_the_picture_has_every_part_and_every_arrow_points_down() -> None:
             assert order[target] > order[part], f"{part} -> {target} points up in the picture"
 
 
-
 #: The packages of this repository: name -> the folder holding it.
 PACKAGES = {"eliza_backends": ROOT / "src",
             **{src.parent.name: src for src in sorted(ROOT.glob("plugins/*/src"))}}
-#: Circles other branches of issue 36 are removing (convert/ by model family, item 1): delete
-#: the entry when that lands.
-KNOWN_CIRCLES = [["eliza_backends.convert.gemma4", "eliza_backends.convert.hf_source"]]
 
 
 @pytest.mark.parametrize("package", sorted(PACKAGES))
 def test_no_import_circle_between_files(package: str) -> None:
     """Every import counts, at module level, in functions and type-only: a circle between two
     files means neither can be read, tested or moved without the other."""
-    edges = import_graph.graph(PACKAGES[package], package, lazy=True, typed=True)
+    edges = import_graph.graph(PACKAGES[package], package, lazy=True, type_only=True)
     assert len(edges) > 5, "the graph was read"
-    assert [c for c in import_graph.cycles(edges) if c not in KNOWN_CIRCLES] == []
+    assert import_graph.cycles(edges) == []
 
 
 @pytest.mark.parametrize("plugin", sorted(set(PACKAGES) - {"eliza_backends"}))
 def test_no_plugin_module_imports_its_plugins_init(plugin: str) -> None:
     """The ``__init__`` is the plugin's front door (the Factory, light); a constant two
     modules share lives in a leaf module."""
-    edges = import_graph.graph(PACKAGES[plugin], plugin, lazy=True, typed=True)
+    edges = import_graph.graph(PACKAGES[plugin], plugin, lazy=True, type_only=True)
     assert sorted(m for m, targets in edges.items() if plugin in targets) == []
 
 
@@ -118,13 +115,11 @@ def test_the_full_graph_has_type_only_and_lazy_edges(tmp_path: Path) -> None:
     for name, text in files.items():
         (pkg / name).write_text(textwrap.dedent(text))
     assert import_graph.cycles(import_graph.graph(tmp_path, "pkg", lazy=True)) == []
-    assert import_graph.cycles(import_graph.graph(tmp_path, "pkg", lazy=True, typed=True)) == \
+    assert import_graph.cycles(import_graph.graph(tmp_path, "pkg", lazy=True, type_only=True)) == \
         [["pkg.a", "pkg.b", "pkg.c"]]
 
 
 _DOTTED = re.compile(r"\b(?:" + "|".join(PACKAGES) + r")(?:\.[A-Za-z_]\w*)+")
-#: Names of another branch's room (openai/ is being split by job, issue 36 item 2).
-KNOWN_STALE = {"eliza_backends.completions.chat_completion"}
 
 
 def _mentions() -> dict[str, set[str]]:
@@ -151,7 +146,7 @@ def test_no_dotted_name_of_ours_is_stale() -> None:
     mentions = _mentions()
     assert len(mentions) > 100, "the names were read"
     stale = {name: sorted(where) for name, where in mentions.items()
-             if name not in KNOWN_STALE and not import_graph.resolves(name, PACKAGES)}
+             if not import_graph.resolves(name, PACKAGES)}
     assert stale == {}
 
 
@@ -177,3 +172,66 @@ def test_the_plugin_table_names_every_plugin_file() -> None:
     for plugin in plugins:
         real = {p.stem for p in (PACKAGES[plugin] / plugin).glob("*.py")}
         assert listed[plugin] == real, plugin
+
+def _convert_rooms() -> list[tuple[str, tuple[str, ...]]]:
+    """docs/architecture.md's rooms of convert/, top to bottom: (room, module names)."""
+    text = PAGE.read_text(encoding="utf-8")
+    table = text.split("| Room of convert/ | Modules | Job |")[1].split("\n\n")[0]
+    rooms = []
+    for line in table.strip().splitlines()[1:]:
+        room, modules, _job = (c.strip() for c in line.strip().strip("|").split("|", 2))
+        rooms.append((room, tuple(re.findall(r"`([\w/]+)`", modules))))
+    return rooms
+
+
+def _convert_room(module: str, rooms: list[tuple[str, tuple[str, ...]]]) -> int:
+    rel = module.removeprefix("eliza_backends.convert").lstrip(".") or "__init__"
+    for row, (_room, names) in enumerate(rooms):
+        for name in names:
+            if (name.endswith("/") and (rel + ".").startswith(name[:-1] + ".")) or rel == name:
+                return row
+    raise AssertionError(f"{module} is in no room of convert/ in docs/architecture.md")
+
+
+def test_convert_rooms_point_down_with_no_circle_type_only_imports_included() -> None:
+    """Inside convert/, every import (in functions and under TYPE_CHECKING too) stays in its
+    room or goes down, and no two files import each other in a circle."""
+    rooms = _convert_rooms()
+    edges = {m: {t for t in targets if t.startswith("eliza_backends.convert")}
+             for m, targets in import_graph.graph(ROOT / "src", "eliza_backends", lazy=True,
+                                                  type_only=True).items()
+             if m.startswith("eliza_backends.convert")}
+    assert import_graph.cycles(edges) == []
+    for module, targets in edges.items():
+        for target in targets:
+            assert _convert_room(target, rooms) >= _convert_room(module, rooms), \
+                f"{module} -> {target} points up the rooms of convert/"
+
+
+def _family_names() -> set[str]:
+    from eliza_backends.convert.families import FAMILIES
+
+    return {name for f in FAMILIES for name in (f.architecture, *f.model_types,
+                                                *f.refused_model_types, *f.draft_model_types)}
+
+
+def test_no_family_name_branch_outside_the_convert_families() -> None:
+    """A comparison of an architecture / model type with a family's name (``architecture ==
+    "gemma4"``, ``model_type in (...)``) is the family's business: only convert/families/
+    has one, in the core and in the plugins (a runtime fact about some architectures is a named
+    table beside the code using it: ``MTP_ARCHITECTURES``, ``BFLOAT16_EMBEDDING_SCALE``)."""
+    names = _family_names()
+    found = []
+    for path in sorted(p for src in PACKAGES.values() for p in src.rglob("*.py")):
+        if "families" in path.relative_to(ROOT).parts:
+            continue
+        source = path.read_text(encoding="utf-8")
+        for node in ast.walk(ast.parse(source)):
+            if not isinstance(node, ast.Compare):
+                continue
+            text = ast.get_source_segment(source, node) or ""
+            constants = {c.value for c in ast.walk(node)
+                         if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+            if constants & names and re.search(r"arch|model_type", text):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {text}")
+    assert found == []
