@@ -159,8 +159,10 @@ def image_from_bytes(data: bytes, limits: MediaLimits = DEFAULT_LIMITS) -> Media
             "send one of those formats") from None
     except MediaError:
         raise
-    except (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError,
-            MemoryError) as exc:
+    except Image.DecompressionBombError:  # Pillow's own header check, past twice its limit
+        raise MediaError(f"the image's header claims far more than the {limits.max_pixels} "
+                         "pixels allowed (a decompression bomb); it was not decoded") from None
+    except (OSError, SyntaxError, ValueError, EOFError, MemoryError) as exc:
         raise MediaError(f"the image is corrupt or truncated and cannot be decoded ({exc}); "
                          "send the whole file") from None
     return _make("image", _numpy().asarray(rgb, dtype="uint8"), fmt)
@@ -179,7 +181,7 @@ def image_from_rgb(pixels: Any, limits: MediaLimits = DEFAULT_LIMITS) -> MediaIt
 
 def _check_pixels(width: int, height: int, limits: MediaLimits) -> None:
     if width < 1 or height < 1:
-        raise MediaError(f"the image is {width}x{height} pixels: it has no pixels")
+        raise MediaError(f"the image is {width}x{height} pixels: it has no pixels to look at")
     if width * height > limits.max_pixels:
         raise MediaError(
             f"the image is {width}x{height} = {width * height} pixels, more than the "
@@ -334,7 +336,7 @@ def _check_bytes(data: object, limits: MediaLimits, what: str) -> None:
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise MediaError(f"{what} data must be bytes, got {type(data).__name__}")
     if len(data) == 0:
-        raise MediaError(f"the {what} data is empty")
+        raise MediaError(f"the {what} data is empty: send the whole file's bytes")
     if len(data) > limits.max_bytes:
         raise MediaError(f"the {what} is {len(data)} bytes, more than the {limits.max_bytes} "
                          "allowed")
