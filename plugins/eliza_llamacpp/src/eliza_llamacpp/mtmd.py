@@ -181,7 +181,8 @@ class Projector:
             raise BackendRuntimeError(f"libmtmd could not take {item!r}")
         chunks = mt.mtmd_input_chunks_init()
         try:
-            text = mt.mtmd_input_text(text=self.marker, add_special=False, parse_special=True)
+            text = mt.mtmd_input_text(text=self.marker, text_len=len(self.marker),
+                                      add_special=False, parse_special=True)
             bitmaps = (mt.mtmd_bitmap_p_ctypes * 1)(bitmap)
             with self.lock:
                 status = mt.mtmd_tokenize(self.ctx, chunks, ctypes.byref(text), bitmaps, 1)
