@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import llama_cpp as lc
+import numpy as np
 
 from eliza_backends import (
     BackendRuntimeError,
@@ -41,7 +42,7 @@ from eliza_backends import (
 )
 from eliza_backends.backend import MediaItem, MediaTokens
 
-from .model import LoadedModel, default_threads
+from .model import LoadedModel, _log_to_logging, default_threads
 
 MMPROJ_DIR = ("text", "mmproj")
 _CHUNK_TEXT = 0
@@ -141,6 +142,19 @@ def projector_kinds(bundle_dir: str | os.PathLike[str]) -> dict[str, str]:
 
 # ------------------------------------------------------------------ the projector
 
+_logs_routed = False
+
+
+def _route_logs() -> None:
+    """libmtmd's log lines into :mod:`logging`, as llama.cpp's are (once per process)."""
+    global _logs_routed
+    if not _logs_routed:
+        mt = _mtmd()
+        mt.mtmd_log_set(_log_to_logging, ctypes.c_void_p(0))
+        mt.mtmd_helper_log_set(_log_to_logging, ctypes.c_void_p(0))
+        _logs_routed = True
+
+
 class Projector:
     """A loaded ``mtmd_context`` (the projector over one text model), shared by the sessions
     of an inference context. Its calls run under :attr:`lock` (libmtmd keeps the last
@@ -148,6 +162,7 @@ class Projector:
 
     def __init__(self, path: Path, model: LoadedModel, threads: int) -> None:
         mt = _mtmd()
+        _route_logs()
         params = mt.mtmd_context_params_default()
         params.use_gpu = False
         params.print_timings = False
@@ -163,6 +178,7 @@ class Projector:
         self.kinds = frozenset(k for k, ok in (("image", mt.mtmd_support_vision(self.ctx)),
                                                ("audio", mt.mtmd_support_audio(self.ctx))) if ok)
         self.marker = mt.mtmd_default_marker()
+        self.n_embd = int(lc.llama_model_n_embd_inp(model.ptr))
 
     def chunks(self, item: MediaItem) -> Chunks:
         """``item`` tokenized: the marker with its bitmap (see the module docstring)."""
@@ -194,6 +210,25 @@ class Projector:
             raise MediaError(f"libmtmd could not preprocess {item!r} (status {status}); the "
                              "media may be too small or too large for this model's encoder")
         return out
+
+    def encode(self, item: MediaItem) -> np.ndarray:
+        """The projected embeddings of ``item`` (``[positions, n_embd]`` float32, a copy): what
+        the text model reads in its place (for parity checks and ``bench``)."""
+        mt = _mtmd()
+        chunks = self.chunks(item)
+        try:
+            _, media, _ = chunks.layout()
+            n = mt.mtmd_input_chunk_get_n_tokens(media)
+            with self.lock:
+                status = mt.mtmd_encode_chunk(self.ctx, media)
+                if status != 0:
+                    raise BackendRuntimeError(f"libmtmd could not encode {item!r} ({status})")
+                out = mt.mtmd_get_output_embd(self.ctx)
+                flat = np.ctypeslib.as_array(out, shape=(n * self.n_embd,)).copy()
+        finally:
+            chunks.free()
+        embeddings: np.ndarray = flat.reshape(n, self.n_embd)
+        return embeddings
 
     def close(self) -> None:
         """Free the context (idempotent)."""
