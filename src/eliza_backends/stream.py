@@ -175,7 +175,7 @@ class Stream:
                 "StreamConfig(chat_template=...) or prefill text yourself")
         return template
 
-    def prefill_reusing(self, token_ids: Sequence[int | MediaItem]) -> int:
+    def prefill_reusing(self, token_ids: Sequence[int | MediaItem] | PrefillPlan) -> int:
         """Make the session's sequence exactly ``token_ids``, ready to generate from, prefilling
         only the tokens after the longest prefix it shares with :attr:`Session.history` (the
         rest is kept with ``reset_keep``; at least the last token is prefilled, for its
@@ -183,11 +183,14 @@ class Stream:
 
         Media items are part of the sequence: the shared prefix ends before the first item
         whose content (digest) differs from the one the session holds there, and never
-        inside an item, so two images with the same placeholder ids never share cache.
+        inside an item, so two images with the same placeholder ids never share cache. A
+        :meth:`Session.plan_prefill` of this session's is taken as it is (no second expansion).
 
         The session is always rewound, so a turn starts from a freshly seeded sampler whatever
         the session did before: the same ids and config give the same continuation."""
         session = self.session
+        if isinstance(token_ids, PrefillPlan):
+            return self._prefill_plan_reusing(token_ids)
         elements = list(token_ids)
         if not elements:
             raise InvalidArgumentError("prefill_reusing() needs at least one token id")
@@ -196,7 +199,12 @@ class Stream:
             common = reusable_prefix(common_prefix(session.history, ids), session.media, ())
             keep = session.reset_keep(min(common, len(ids) - 1))
             return self.prefill(ids[keep:])
-        plan = session.plan_prefill(elements)
+        return self._prefill_plan_reusing(session.plan_prefill(elements))
+
+    def _prefill_plan_reusing(self, plan: PrefillPlan) -> int:
+        session = self.session
+        if not plan.ids:
+            raise InvalidArgumentError("prefill_reusing() needs at least one token id")
         common = reusable_prefix(common_prefix(session.history, plan.ids), session.media,
                                  plan.spans)
         keep = session.reset_keep(min(common, len(plan.ids) - 1))
