@@ -8,7 +8,8 @@ torch oracle in parity.json).
 * prefix reuse with an image in the history prefills only the new turn; two images with the
   same placeholder ids never share cache; slots keep the media; reset_keep never cuts an item;
 * bad media on a media-capable session: a typed error before any native call, the session
-  keeps its conversation; a batched context and an image past the micro-batch are refused.
+  keeps its conversation; an image past the micro-batch is refused;
+* concurrent media requests on a batched context (``parallel > 1``) get their solo replies.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from eliza_backends import (
     InferenceContext,
     MediaError,
     Stream,
-    UnsupportedOperationError,
     open_stream,
 )
 from eliza_backends.media import load_media_file
@@ -181,15 +181,30 @@ def test_an_image_past_the_micro_batch_is_refused_before_llama_cpp() -> None:
             PROMPTS["text_hello"]["continuation_ids"]
 
 
-def test_a_batched_context_refuses_media_with_a_typed_error() -> None:
-    with InferenceContext(BUNDLE, parallel=2) as ctx, open_stream(ctx, **CONFIG) as shared:
-        assert shared.session.capabilities.media == frozenset()
-        with pytest.raises(UnsupportedOperationError, match="parallel"):
-            shared.prefill([2, load_media_file(BUNDLE / "media/image-landscape.png"), 5])
-        with pytest.raises(UnsupportedOperationError, match="takes no image input"):
-            reply_ids(shared, PROMPTS["image_landscape"]["messages"])
-        assert reply_ids(shared, PROMPTS["text_hello"]["messages"]) == \
-            PROMPTS["text_hello"]["continuation_ids"]
+def test_concurrent_media_on_a_batched_context_get_solo_replies() -> None:
+    """Sessions sharing one llama_context (parallel=3): an image, an audio clip and a text
+    prompt at once; each reply is the oracle's (media decode alone, between steps), and no
+    sequence copies another's media positions (two images, same placeholders)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = ["image_landscape", "audio_chirp", "image_portrait", "text_colors", "image_audio"]
+    with InferenceContext(BUNDLE, parallel=3) as ctx:
+        streams = [open_stream(ctx, **CONFIG) for _ in range(3)]
+        try:
+            assert streams[0].session.capabilities.batched
+            assert streams[0].session.capabilities.media == {"image", "audio"}
+
+            def run(i: int) -> list[list[int]]:
+                return [reply_ids(streams[i], PROMPTS[n]["messages"]) for n in names[i::3]]
+
+            with ThreadPoolExecutor(3) as pool:
+                results = list(pool.map(run, range(3)))
+        finally:
+            for s in streams:
+                s.close()
+    for i, got in enumerate(results):
+        for name, ids in zip(names[i::3], got, strict=True):
+            assert ids == PROMPTS[name]["continuation_ids"], name
 
 
 def test_cancel_then_reset_keep_after_an_image(stream: Stream) -> None:

@@ -127,8 +127,7 @@ class LlamaCppFactory(Factory):
 
     def media(self, bundle_dir: str | os.PathLike[str]) -> dict[str, str]:
         """The kinds the bundle's projector (``text/mmproj/*.gguf``) encodes (a metadata
-        probe); sessions on a batched context (``parallel > 1``) or with ``drafter="mtp"``
-        take none."""
+        probe); sessions with ``drafter="mtp"`` take none."""
         from .mtmd import projector_kinds
 
         return projector_kinds(bundle_dir)
@@ -146,7 +145,8 @@ class LlamaCppFactory(Factory):
         lane = shared_engine(context, model, config, options).open_lane()
         try:
             drafter = self.make_drafter(context, config, model.info)
-            return LlamaCppSession(model, config, lane, context, drafter)
+            media = self._media_feeder(context, config, model, lane)
+            return LlamaCppSession(model, config, lane, context, drafter, media=media)
         except BaseException:
             lane.close()
             raise

@@ -42,7 +42,7 @@ from eliza_backends import (
 )
 from eliza_backends.backend import MediaItem, MediaTokens
 
-from .model import LoadedModel, _log_to_logging, default_threads
+from .model import Lane, LoadedModel, _log_to_logging, default_threads
 
 MMPROJ_DIR = ("text", "mmproj")
 _CHUNK_TEXT = 0
@@ -329,32 +329,31 @@ class MediaFeeder:
         return MediaTokens(tuple(before), placeholder, count, tuple(after),
                            handle=(chunks, media))
 
-    def decode(self, ctx: Any, tokens: MediaTokens, n_past: int, n_batch: int,
-               abort: Any, cancelled: Callable[[], bool]) -> int:
-        """Encode and decode the media chunk at ``n_past`` of sequence 0; returns the new
-        ``n_past``. Cancellable inside ``llama_decode`` (``abort``)."""
+    def decode(self, lane: Lane, tokens: MediaTokens, n_past: int,
+               cancelled: Callable[[], bool]) -> int:
+        """Encode and decode the media chunk at ``n_past`` of the lane's sequence (through
+        :meth:`~eliza_llamacpp.model.Lane.media`); returns the new ``n_past``."""
         mt = _mtmd()
         chunks: Chunks = tokens.handle[0]  # type: ignore[index]
         media: Any = tokens.handle[1]  # type: ignore[index]
         if not chunks.ptr:
             raise BackendRuntimeError("the media chunks were freed")
-        new_past = lc.llama_pos(n_past)
-        if abort is not None:
-            lc.llama_set_abort_callback(ctx, abort, None)
-        try:
-            with self.projector.lock:
+        projector, n_batch = self.projector, lane.n_batch
+
+        def run(ctx: Any, seq: int, start: int) -> int:
+            new_past = lc.llama_pos(start)
+            with projector.lock:
                 status = mt.mtmd_helper_eval_chunk_single(
-                    self.projector.ctx, ctx, media, n_past, 0, n_batch, False,
+                    projector.ctx, ctx, media, start, seq, n_batch, False,
                     ctypes.byref(new_past))
-        finally:
-            if abort is not None:
-                lc.llama_set_abort_callback(ctx, lc.ggml_abort_callback(), None)
-        if status != 0:
-            if cancelled():
-                raise CancelledError("the media prefill was cancelled")
-            raise BackendRuntimeError(f"libmtmd could not encode or decode the media (status "
-                                      f"{status})")
-        return int(new_past.value)
+            if status != 0:
+                if cancelled():
+                    raise CancelledError("the media prefill was cancelled")
+                raise BackendRuntimeError(f"libmtmd could not encode or decode the media "
+                                          f"(status {status})")
+            return int(new_past.value)
+
+        return lane.media(n_past, run)
 
 
 __all__ = ["Chunks", "MediaFeeder", "Projector", "find_projector", "gguf_metadata",

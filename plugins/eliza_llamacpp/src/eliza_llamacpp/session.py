@@ -78,10 +78,10 @@ class LlamaCppSession(Session):
         shared one (the session owns it from here: it closes it). ``drafter``: a drafter of
         its own (n-gram, draft model); ``linked``: builds one on this session's
         ``llama_context`` instead (the MTP assistant; own contexts only), told of every
-        decode. ``media``: images / audio through the bundle's projector (own contexts
-        without an MTP drafter only)."""
+        decode. ``media``: images / audio through the bundle's projector (not with a linked
+        drafter, which would not see the media's positions)."""
         self._model = model
-        self._media = media if not lane.batched and linked is None else None
+        self._media = media if linked is None else None
         # speculative rounds with sampling or a repeat penalty go through the core's numpy
         # sampler (the standard acceptance rule needs the target's probabilities)
         self._spec_sampler = Sampler(config) if (drafter or linked) is not None and not (
@@ -184,8 +184,7 @@ class LlamaCppSession(Session):
         start = kv.n_kv
         self._saved = None
         try:
-            kv.n_kv = self._media.decode(lane.ctx, tokens, start, lane.n_batch, lane.abort,
-                                         self._cancel_requested)
+            kv.n_kv = self._media.decode(lane, tokens, start, self._cancel_requested)
         except BaseException as exc:
             with contextlib.suppress(SessionClosedError):
                 lane.drop(start)
