@@ -121,10 +121,10 @@ def main() -> None:
             for path in sorted((bundle / "media").iterdir()):
                 data = path.read_bytes()
                 for what, seam, direct in (
-                        ("encode", lambda: seam_encode(stream, path),
-                         lambda: direct_encode(projector, data)),
-                        ("prefill", lambda: seam_prefill(stream, path),
-                         lambda: direct_prefill(projector, ctx, data))):
+                        ("encode", lambda p=path: seam_encode(stream, p),
+                         lambda d=data: direct_encode(projector, d)),
+                        ("prefill", lambda p=path: seam_prefill(stream, p),
+                         lambda d=data: direct_prefill(projector, ctx, d))):
                     seam(), direct()  # warm-up
                     rows: list[tuple[float, float]] = []
                     for r in range(args.repeat):
