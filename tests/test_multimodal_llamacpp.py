@@ -219,3 +219,16 @@ def test_cancel_then_reset_keep_after_an_image(stream: Stream) -> None:
     kept = stream.reset_keep(stream.session.n_past)
     assert kept == stream.session.n_past and len(stream.session.media) == 1
     assert reply_ids(stream, prompt["messages"]) == prompt["continuation_ids"]
+
+
+def test_audio_longer_than_the_micro_batch_is_decoded_in_pieces() -> None:
+    """Audio is causal: a clip of more positions than the batch goes in pieces (an image,
+    bidirectional, must fit one: see above)."""
+    from eliza_backends.media import audio_from_pcm
+
+    t = np.arange(16_000 * 12) / 16_000
+    clip = audio_from_pcm((0.3 * np.sin(2 * np.pi * 300 * t)).astype(np.float32), 16_000)
+    with open_stream(BUNDLE, **{**CONFIG, "batch_size": 64}) as small:
+        small.prefill([2, clip, 5])
+        assert small.session.media[0].length == 302  # 300 embeddings and the two markers
+        assert len(small.text()) > 0

@@ -306,7 +306,9 @@ class MediaFeeder:
         return self._projector
 
     def tokens(self, item: MediaItem) -> MediaTokens:
-        """Tokenize ``item``; check that its chunk fits one micro-batch."""
+        """Tokenize ``item``; check that a chunk with bidirectional attention (a Gemma 4
+        image) fits one micro-batch (llama.cpp asserts otherwise; causal audio is decoded in
+        pieces)."""
         chunks = self.projector.chunks(item)
         try:
             before, media, after = chunks.layout()
@@ -319,12 +321,14 @@ class MediaFeeder:
             chunks.free()
             raise MediaError(f"{item!r} takes {count} embeddings at {n_pos} positions (M-RoPE); "
                              "this backend does not place such media yet")
-        if count > self.n_ubatch:
+        if count > self.n_ubatch and _mtmd().mtmd_decode_use_non_causal(self.projector.ctx,
+                                                                         media):
             chunks.free()
             raise MediaError(
                 f"{item!r} takes {count} positions, more than this session's micro-batch "
-                f"({self.n_ubatch}); a media block is decoded in one: open the stream with "
-                f"batch_size >= {count} (and options n_ubatch >= {count})")
+                f"({self.n_ubatch}); a block with bidirectional attention is decoded in one: "
+                f"open the stream with batch_size >= {count} (and options n_ubatch >= "
+                f"{count})")
         placeholder = self.placeholders.get(item.kind, before[-1] if before else 0)
         return MediaTokens(tuple(before), placeholder, count, tuple(after),
                            handle=(chunks, media))
