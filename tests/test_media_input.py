@@ -232,3 +232,24 @@ def test_asking_for_media_the_bundle_cannot_take_fails_before_any_load(tiny_bund
                                                                        ) -> None:
     with pytest.raises(UnsupportedOperationError, match="takes no image input on this bundle"):
         open_stream(tiny_bundle, backend="llama.cpp", media={"image"})
+
+
+@pytest.mark.parametrize("backend", ["llama.cpp", "litert-lm", "mlx"])
+def test_every_backend_refuses_media_it_cannot_take_and_keeps_its_turn(
+        tiny_bundle: Path, backend: str) -> None:
+    """A session without ``capabilities.media`` gets an UnsupportedOperationError from the core
+    before any hook (the backend's own code never sees the item); its sequence is untouched."""
+    with open_stream(tiny_bundle, backend=backend, max_tokens=3) as stream:
+        assert stream.session.capabilities.media == frozenset()
+        stream.prefill("Once upon a time")
+        first = [t for step in stream for t in step.tokens]
+        history = stream.session.history
+        for item in (image_from_bytes(png()), audio_from_bytes(wav())):
+            with pytest.raises(UnsupportedOperationError, match=f"is {item.kind} input"):
+                stream.prefill([*history[:1], item, history[-1]])
+            with pytest.raises(UnsupportedOperationError):
+                stream.session.plan_prefill([history[0], item, history[-1]])
+        assert stream.session.history == history
+        stream.reset()
+        stream.prefill("Once upon a time")
+        assert [t for step in stream for t in step.tokens] == first
