@@ -104,15 +104,18 @@ def test_wav_of_every_width_and_rate_becomes_16k_mono() -> None:
     assert np.allclose(resample(np.ones(100, np.float32), AUDIO_RATE), 1.0)
 
 
-def test_mp3_or_flac_says_what_to_install_or_decodes() -> None:
-    try:
-        import miniaudio  # noqa: F401
-    except ImportError:
-        with pytest.raises(MediaError, match="miniaudio"):
-            audio_from_bytes(b"fLaC" + b"\0" * 64, "flac")
-    else:
-        with pytest.raises(MediaError, match="FLAC data cannot be decoded"):
-            audio_from_bytes(b"fLaC" + b"\0" * 64, "flac")
+MP3 = Path(__file__).parent / "fixtures" / "media" / "speech-2s.mp3"
+
+
+def test_mp3_decodes_to_16k_mono_and_bad_flac_is_a_typed_error() -> None:
+    item = audio_from_bytes(MP3.read_bytes())  # sniffed: no format given
+    assert item.source == "mp3" and 1.8 < item.seconds < 2.0
+    assert float(np.abs(item.data).max()) > 0.01  # speech, not silence
+    assert audio_from_bytes(MP3.read_bytes(), "mp3").digest == item.digest
+    with pytest.raises(MediaError, match="FLAC data cannot be decoded"):
+        audio_from_bytes(b"fLaC" + b"\0" * 64, "flac")
+    with pytest.raises(MediaError, match="too long|long"):
+        audio_from_bytes(MP3.read_bytes(), limits=MediaLimits(max_audio_seconds=1.0))
 
 
 def test_openai_parts_become_items_and_text_parts_none() -> None:
