@@ -114,7 +114,7 @@ def test_mp3_decodes_to_16k_mono_and_bad_flac_is_a_typed_error() -> None:
     assert audio_from_bytes(MP3.read_bytes(), "mp3").digest == item.digest
     with pytest.raises(MediaError, match="FLAC data cannot be decoded"):
         audio_from_bytes(b"fLaC" + b"\0" * 64, "flac")
-    with pytest.raises(MediaError, match="too long|long"):
+    with pytest.raises(MediaError, match="s long, more than"):
         audio_from_bytes(MP3.read_bytes(), limits=MediaLimits(max_audio_seconds=1.0))
 
 
