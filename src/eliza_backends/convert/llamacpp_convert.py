@@ -15,6 +15,7 @@ import hashlib
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import BundleError
@@ -34,14 +35,15 @@ def converter_hash(script: Path) -> str:
 
 
 def convert_hf_to_gguf(script: Path, hf_dir: Path, out: Path, log_path: Path,
-                       outtype: str = "f32") -> None:
+                       outtype: str = "f32", extra_args: Sequence[str] = ()) -> None:
     """Write ``out`` from the Hugging Face folder ``hf_dir`` with llama.cpp's converter at
-    ``outtype``; :class:`BundleError` with the log's tail when it fails."""
+    ``outtype`` (``extra_args`` after the converter's own, e.g. a family's ``--mmproj``);
+    :class:`BundleError` with the log's tail when it fails."""
     env = dict(os.environ)
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONHASHSEED="0")
     env.pop("NO_LOCAL_GGUF", None)  # the tree's own gguf-py, matching its conversion/
     cmd = [sys.executable, str(script), str(hf_dir), "--outfile", str(out),
-           "--outtype", outtype]
+           "--outtype", outtype, *extra_args]
     with open(log_path, "ab") as log:
         done = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, check=False)
     if done.returncode != 0 or not out.is_file():
