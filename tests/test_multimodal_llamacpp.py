@@ -207,6 +207,38 @@ def test_concurrent_media_on_a_batched_context_get_solo_replies() -> None:
             assert ids == PROMPTS[name]["continuation_ids"], name
 
 
+def test_a_batched_sequence_never_copies_another_image_as_its_prefix() -> None:
+    """Two sequences of one context, the same text around different images: the second
+    copies the first's prefix up to the image, never the image (its positions are cached
+    under the media's digest); after the same image at the same place, the text is shared."""
+    portrait = [{"role": "user", "content": [
+        {"type": "image", "path": "media/image-portrait.png"},
+        {"type": "text", "text": "Describe this image."}]}]
+    landscape = PROMPTS["image_landscape"]
+    with open_stream(BUNDLE, **CONFIG) as solo:
+        want = reply_ids(solo, portrait)
+    with InferenceContext(BUNDLE, parallel=3) as ctx:
+        first, second, third = (open_stream(ctx, **CONFIG) for _ in range(3))
+        try:
+            engine = first.session._lane.engine  # type: ignore[attr-defined]
+            assert reply_ids(first, landscape["messages"]) == landscape["continuation_ids"]
+            copied = engine.prefill_copied
+            assert reply_ids(second, portrait) == want
+            # the text before the image, short of the begin marker (the last token of the
+            # prefill that precedes the image is decoded: its run ends there)
+            assert engine.prefill_copied - copied == landscape["media"][0]["start"] - 1
+            copied = engine.prefill_copied
+            assert reply_ids(third, landscape["messages"]) == landscape["continuation_ids"]
+            # the same image at the same place: the text before it and the text after it are
+            # copied (the image itself is encoded again), each run short of its last token
+            start, count = landscape["media"][0]["start"], landscape["media"][0]["count"]
+            assert engine.prefill_copied - copied == (start - 1) + (
+                len(landscape["prompt_ids"]) - (start + count) - 1)
+        finally:
+            for s in (first, second, third):
+                s.close()
+
+
 def test_cancel_then_reset_keep_after_an_image(stream: Stream) -> None:
     prompt = PROMPTS["image_landscape"]
     stream.reset()
@@ -232,3 +264,17 @@ def test_audio_longer_than_the_micro_batch_is_decoded_in_pieces() -> None:
         small.prefill([2, clip, 5])
         assert small.session.media[0].length == 302  # 300 embeddings and the two markers
         assert len(small.text()) > 0
+
+
+def test_images_take_the_model_processors_budget() -> None:
+    """A larger image is scaled to the processor's max_soft_tokens (70 here, from the bundle's
+    processor_config.json) as transformers does, not llama.cpp's own default; the option
+    overrides it."""
+    from eliza_backends.media import image_from_rgb
+
+    big = image_from_rgb(np.random.default_rng(0).integers(0, 255, (672, 960, 3), np.uint8))
+    for options, count in (({}, 70), ({"llama.cpp": {"image_max_tokens": 280}}, 280)):
+        with open_stream(BUNDLE, **{**CONFIG, "context_size": 1024, "batch_size": 512},
+                         options=options) as s:
+            assert [sp.length for sp in s.session.plan_prefill([2, big, 5]).spans] == [
+                count + 2]

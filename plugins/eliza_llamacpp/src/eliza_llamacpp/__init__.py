@@ -112,7 +112,13 @@ class LlamaCppFactory(Factory):
         None when the bundle has none."""
         import llama_cpp as lc
 
-        from .mtmd import MediaFeeder, find_projector, projector_kinds, shared_projector
+        from .mtmd import (
+            MediaFeeder,
+            find_projector,
+            processor_image_tokens,
+            projector_kinds,
+            shared_projector,
+        )
 
         path = find_projector(context.bundle_dir)
         kinds = frozenset(projector_kinds(context.bundle_dir))
@@ -123,7 +129,10 @@ class LlamaCppFactory(Factory):
             buf = (lc.llama_token * 4)()
             if lc.llama_tokenize(model.vocab, text, len(text), buf, 4, False, True) == 1:
                 placeholders[kind] = int(buf[0])
-        return MediaFeeder(lambda: shared_projector(context, path, model, config.threads),
+        options: LlamaCppOptions = self.parse_options(config)
+        budget = options.image_max_tokens or processor_image_tokens(context.bundle_dir)
+        return MediaFeeder(lambda: shared_projector(context, path, model, config.threads,
+                                                    budget),
                            kinds, placeholders, lc.llama_n_ubatch(lane.ctx))
 
     def media(self, bundle_dir: str | os.PathLike[str]) -> dict[str, str]:

@@ -277,15 +277,15 @@ class SharedLane:
 
         return engine.scheduler.submit(seq, tokens, start, n_out, done, cancelled)
 
-    def media(self, start: int, run: Callable[[Any, int, int], int]) -> int:
+    def media(self, start: int, run: Callable[[Any, int, int], int], mark: int) -> int:
         """See :meth:`eliza_llamacpp.model.Lane.media`: between steps, on the engine's
-        decoding thread; the positions are cached as -1, which no prompt shares."""
+        decoding thread; the positions are cached as ``mark``."""
         engine, seq = self.engine, self.seq
         with engine.scheduler.exclusive():
             end = engine.on_own_thread(lambda: run(engine.ctx, seq, start))
             cached = engine.cached[seq]
             del cached[start:]
-            cached.extend([-1] * (end - start))
+            cached.extend([mark] * (end - start))
         return end
 
     def drop(self, p0: int) -> bool:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import struct
 import threading
@@ -40,11 +41,10 @@ from eliza_backends import (
     InferenceContext,
     MediaError,
 )
-from eliza_backends.backend import MediaItem, MediaTokens
+from eliza_backends.backend import MediaItem, MediaTokens, find_artifacts
 
 from .model import Lane, LoadedModel, _log_to_logging, default_threads
 
-MMPROJ_DIR = ("text", "mmproj")
 _CHUNK_TEXT = 0
 
 
@@ -55,12 +55,9 @@ def _mtmd() -> Any:
 
 
 def find_projector(bundle_dir: str | os.PathLike[str]) -> Path | None:
-    """The bundle's projector GGUF (the first under ``text/mmproj/`` by name), or None."""
-    folder = Path(bundle_dir).joinpath(*MMPROJ_DIR)
-    try:
-        found = sorted(p for p in folder.glob("*.gguf") if not p.name.startswith("."))
-    except OSError:
-        return None
+    """The bundle's projector GGUF (role ``mmproj``: the first under ``text/mmproj/`` by
+    name), or None."""
+    found = find_artifacts(bundle_dir, ("gguf",), role="mmproj")
     return found[0] if found else None
 
 
@@ -160,7 +157,8 @@ class Projector:
     of an inference context. Its calls run under :attr:`lock` (libmtmd keeps the last
     encoding's output in the context)."""
 
-    def __init__(self, path: Path, model: LoadedModel, threads: int) -> None:
+    def __init__(self, path: Path, model: LoadedModel, threads: int,
+                 image_max_tokens: int | None = None) -> None:
         mt = _mtmd()
         _route_logs()
         params = mt.mtmd_context_params_default()
@@ -168,6 +166,8 @@ class Projector:
         params.print_timings = False
         params.n_threads = threads
         params.warmup = False
+        if image_max_tokens is not None:
+            params.image_max_tokens = image_max_tokens
         self.path = path
         self.lock = threading.Lock()
         self.ctx = mt.mtmd_init_from_file(str(path).encode(), model.ptr, params)
@@ -276,11 +276,28 @@ class Chunks:
 
 
 def shared_projector(context: InferenceContext, path: Path, model: LoadedModel,
-                     threads: int | None) -> Projector:
-    """The projector at ``path`` over ``model``, loaded once per inference context."""
-    return context.shared(("mtmd", str(path), id(model)),
-                          lambda: Projector(path, model, threads or default_threads()),
+                     threads: int | None, image_max_tokens: int | None) -> Projector:
+    """The projector at ``path`` over ``model``, loaded once per inference context (and
+    image budget)."""
+    return context.shared(("mtmd", str(path), id(model), image_max_tokens),
+                          lambda: Projector(path, model, threads or default_threads(),
+                                            image_max_tokens),
                           close=Projector.close)
+
+
+def processor_image_tokens(bundle_dir: str | os.PathLike[str]) -> int | None:
+    """The image budget of the model's own processor: ``max_soft_tokens`` of a
+    ``processor_config.json`` in a folder under ``text/`` (Gemma 4's), or None."""
+    for config in sorted(Path(bundle_dir, "text").glob("*/processor_config.json")):
+        try:
+            data = json.loads(config.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        value = (data.get("image_processor") or {}).get("max_soft_tokens") if isinstance(
+            data, dict) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 class MediaFeeder:
@@ -333,7 +350,7 @@ class MediaFeeder:
         return MediaTokens(tuple(before), placeholder, count, tuple(after),
                            handle=(chunks, media))
 
-    def decode(self, lane: Lane, tokens: MediaTokens, n_past: int,
+    def decode(self, lane: Lane, item: MediaItem, tokens: MediaTokens, n_past: int,
                cancelled: Callable[[], bool]) -> int:
         """Encode and decode the media chunk at ``n_past`` of the lane's sequence (through
         :meth:`~eliza_llamacpp.model.Lane.media`); returns the new ``n_past``."""
@@ -357,7 +374,8 @@ class MediaFeeder:
                                           f"(status {status})")
             return int(new_past.value)
 
-        return lane.media(n_past, run)
+        # a negative id per content: equal media at equal places may share a prefix, no other
+        return lane.media(n_past, run, -2 - int(item.digest[:15], 16))
 
 
 __all__ = ["Chunks", "MediaFeeder", "Projector", "find_projector", "gguf_metadata",

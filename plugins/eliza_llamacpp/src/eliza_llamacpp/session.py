@@ -184,7 +184,7 @@ class LlamaCppSession(Session):
         start = kv.n_kv
         self._saved = None
         try:
-            kv.n_kv = self._media.decode(lane, tokens, start, self._cancel_requested)
+            kv.n_kv = self._media.decode(lane, item, tokens, start, self._cancel_requested)
         except BaseException as exc:
             with contextlib.suppress(SessionClosedError):
                 lane.drop(start)

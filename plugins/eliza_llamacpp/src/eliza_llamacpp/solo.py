@@ -115,7 +115,7 @@ class SoloLane:
             if self.abort is not None:
                 lc.llama_set_abort_callback(ctx, lc.ggml_abort_callback(), None)
 
-    def media(self, start: int, run: Callable[[Any, int, int], int]) -> int:
+    def media(self, start: int, run: Callable[[Any, int, int], int], mark: int) -> int:
         """See :meth:`eliza_llamacpp.model.Lane.media` (cancellable inside ``llama_decode``)."""
         ctx = self.ctx
         if self.abort is not None:
