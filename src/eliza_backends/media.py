@@ -419,6 +419,21 @@ def load_media_file(path: str | os.PathLike[str], kind: MediaKind | None = None,
     return audio_from_bytes(data, fmt, limits)
 
 
+_MIME = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp"}
+
+
+def part_from_file(path: str | os.PathLike[str], kind: MediaKind | None = None,
+                   limits: MediaLimits = DEFAULT_LIMITS) -> dict[str, Any]:
+    """The OpenAI content part of a local image or audio file (a base64 data URI /
+    ``input_audio``), decoded once first so a bad file is a :class:`MediaError` here."""
+    item = load_media_file(path, kind, limits)
+    data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
+    if item.kind == "image":
+        url = f"data:{_MIME.get(item.source, 'image/png')};base64,{data}"
+        return {"type": "image_url", "image_url": {"url": url}}
+    return {"type": "input_audio", "input_audio": {"data": data, "format": item.source}}
+
+
 def media_from_part(part: Mapping[str, Any],
                     limits: MediaLimits = DEFAULT_LIMITS) -> MediaItem | None:
     """An OpenAI content part as a :class:`MediaItem`; None for a ``text`` part.
@@ -453,4 +468,4 @@ def media_from_part(part: Mapping[str, Any],
 __all__ = ["AUDIO_FORMATS", "AUDIO_RATE", "DEFAULT_LIMITS", "IMAGE_FORMATS", "MEDIA_KINDS",
            "MediaItem", "MediaKind", "MediaLimits", "audio_from_bytes", "audio_from_pcm",
            "decode_base64", "image_from_bytes", "image_from_rgb", "image_from_url",
-           "load_media_file", "media_from_part", "resample"]
+           "load_media_file", "media_from_part", "part_from_file", "resample"]

@@ -92,12 +92,10 @@ def check_media_kinds(elements: Sequence[object], caps: Capabilities, backend: s
     for i, e in enumerate(elements):
         if isinstance(e, MediaItem) and e.kind not in caps.media:
             takes = ", ".join(sorted(caps.media)) or "no media"
-            where = " on a batched context (parallel > 1): open it with parallel=1" \
-                if caps.batched else ""
             raise UnsupportedOperationError(
                 f"element {i} is {e.kind} input, which this {backend} session does not take "
-                f"(it takes {takes}){where}; choose a backend and bundle with a {e.kind} "
-                "encoder (see explain())")
+                f"(it takes {takes}); choose a backend and bundle with an {e.kind} encoder "
+                "(see explain())")
     if not elements or isinstance(elements[-1], MediaItem):
         raise InvalidArgumentError(
             "a prefill with media must end with a token id (the text after the media, e.g. "

@@ -74,7 +74,7 @@ def chat_elements(session: Session, template: str, messages: Sequence[Mapping[st
                 raise UnsupportedOperationError(
                     f"this {session.backend_name} session takes no {kind} input (it takes "
                     f"{', '.join(sorted(takes)) or 'text only'}); use a backend and bundle "
-                    f"with a {kind} encoder")
+                    f"with an {kind} encoder")
     nonce = secrets.token_hex(8)
     media: list[MediaItem] = []
     flat = [_flatten(m, media, nonce, limits) for m in messages]
