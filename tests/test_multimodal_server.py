@@ -176,3 +176,24 @@ def test_generate_with_image_and_audio() -> None:
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == ORACLE
+
+
+def test_the_chat_repl_attaches_images_and_audio() -> None:
+    lines = [f"/image {BUNDLE / 'media/image-portrait.png'}",
+             f"/audio {BUNDLE / 'media/audio-chirp.wav'}", "What did they say?",
+             "/image /no/such/file.png", f"/audio {BUNDLE / 'media/image-portrait.png'}",
+             "/quit"]
+    out = subprocess.run(
+        [sys.executable, "-m", "eliza_backends", "chat", str(BUNDLE), "--backend", "llama.cpp",
+         "--max-tokens", "24", "--context-size", "512"], input="\n".join(lines) + "\n",
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ORACLE
+    assert out.stderr.count("attached to your next message") == 2
+    assert "[/image failed: " in out.stderr and "is not a file" in out.stderr
+    assert "[/audio failed: " in out.stderr  # a PNG is not audio
+    with_tiny = subprocess.run(
+        [sys.executable, "-m", "eliza_backends", "chat", str(TINY), "--backend", "llama.cpp",
+         "--max-tokens", "4"], input=f"/image {BUNDLE / 'media/image-portrait.png'}\n/quit\n",
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert with_tiny.returncode == 0 and "takes no image input" in with_tiny.stderr
