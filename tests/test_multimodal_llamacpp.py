@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -29,6 +29,7 @@ from eliza_backends import (
     open_stream,
 )
 from eliza_backends.media import load_media_file
+from eliza_backends.testing import MediaChecks
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLE = ROOT / "examples" / "bundles" / "gemma4-mm-tiny"
@@ -278,3 +279,20 @@ def test_images_take_the_model_processors_budget() -> None:
                          options=options) as s:
             assert [sp.length for sp in s.session.plan_prefill([2, big, 5]).spans] == [
                 count + 2]
+
+
+class TestLlamaCppMediaConformance(MediaChecks):
+    """The kit's media area on a bundle whose llama.cpp sessions take images and audio."""
+
+    @pytest.fixture
+    def factory(self) -> Any:
+        from eliza_llamacpp import LlamaCppFactory
+
+        return LlamaCppFactory()
+
+    @pytest.fixture
+    def bundle_dir(self) -> Path:
+        return BUNDLE
+
+    base_config: ClassVar[dict[str, Any]] = {"context_size": 512, "batch_size": 256,
+                                             "max_tokens": 24, "threads": 1}
