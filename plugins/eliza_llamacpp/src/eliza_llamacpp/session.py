@@ -164,13 +164,18 @@ class LlamaCppSession(Session):
             self._saved = lane.decode(tokens, start, "last", self._keep_row,
                                       self._cancel_requested)
         except BaseException as exc:
-            with contextlib.suppress(SessionClosedError):
-                lane.drop(start)
-            kv.n_kv = start
-            self._stopped(exc)
+            self._undo_decode(start, exc)
             raise
         kv.n_kv = start + len(tokens)
         kv.pending = []
+
+    def _undo_decode(self, start: int, exc: BaseException) -> None:
+        """After a prefill decode at ``start`` failed: drop what it may have written, put the
+        cursor back, and make a lane's CancelledError the session's own."""
+        with contextlib.suppress(SessionClosedError):
+            self._lane.drop(start)
+        self._cursor.n_kv = start
+        self._stopped(exc)
 
     def _media_tokens(self, item: MediaItem) -> MediaTokens:
         assert self._media is not None  # (the core checked capabilities.media)
@@ -186,10 +191,7 @@ class LlamaCppSession(Session):
         try:
             kv.n_kv = self._media.decode(lane, item, tokens, start, self._cancel_requested)
         except BaseException as exc:
-            with contextlib.suppress(SessionClosedError):
-                lane.drop(start)
-            kv.n_kv = start
-            self._stopped(exc)
+            self._undo_decode(start, exc)
             raise
 
     def _keep_row(self, last_row: int) -> np.ndarray | None:
