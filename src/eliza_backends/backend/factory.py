@@ -49,6 +49,11 @@ class Factory(ABC):
     pip_extra: ClassVar[str | None] = None
     #: Pydantic model of this backend's ``StreamConfig.options[name]``; None = takes none.
     options_model: ClassVar[type[BaseModel] | None] = None
+    #: Names of the :mod:`logging` loggers the runtime's native output goes to (e.g.
+    #: ``("eliza_llamacpp.native",)``). The ``eliza-backends`` command line sets them to ERROR,
+    #: or to its own level with ``-v`` / ``-vv``; declaring them costs nothing (a class
+    #: attribute, read from the factory the registry builds, no runtime imported).
+    native_loggers: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def available(self) -> Availability:
@@ -69,6 +74,14 @@ class Factory(ABC):
         (``StreamConfig.drafter``), with one line saying what a stream with it would use on
         ``bundle_dir`` or why it cannot. Cheap (directory and header probes, no model load).
         The default says nothing."""
+        return {}
+
+    def media(self, bundle_dir: str | os.PathLike[str]) -> Mapping[str, str]:
+        """The media kinds (``"image"``, ``"audio"``) a stream of this backend on
+        ``bundle_dir`` takes, each with one line saying what encodes it (the projector file,
+        the encoder). Cheap (directory and header probes, no load); what ``explain()`` reports
+        and ``StreamConfig.media`` is checked against before a load. The default: none. It
+        must agree with the opened session's ``capabilities.media``."""
         return {}
 
     def describe(self, bundle_dir: str | os.PathLike[str]) -> str:

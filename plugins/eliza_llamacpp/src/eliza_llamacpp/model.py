@@ -295,6 +295,13 @@ class Lane(Protocol):
         :class:`~eliza_backends.BackendRuntimeError` when llama.cpp fails."""
         ...
 
+    def media(self, start: int, run: Callable[[Any, int, int], int]) -> int:
+        """Decode a media block at ``start``: ``run(ctx, seq_id, start)`` does it (libmtmd's
+        encoder and embedding decode) and returns the next position, which this returns. On
+        a shared context it runs alone, between steps, on the decoding thread, and the
+        positions are never copied to another sequence (their ids do not say which media)."""
+        ...
+
     def drop(self, p0: int) -> bool:
         """Drop the positions ``p0..`` of the sequence (False: llama.cpp cannot)."""
         ...
