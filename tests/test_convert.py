@@ -315,6 +315,30 @@ def test_a_conditional_generation_config_gives_its_text_model() -> None:
     assert text_tensor_name(text, "model.norm.weight") == "model.norm.weight"
 
 
+GEMMA4_MM = Path(__file__).resolve().parent.parent / "examples" / "bundles" / \
+    "gemma4-mm-tiny" / "text" / "gemma4-mm-tiny-mlx"
+
+
+def test_a_multimodal_gemma4_gets_a_projector_and_an_mlx_vlm_folder() -> None:
+    """A Gemma4ForConditionalGeneration with towers: llama.cpp's converter runs a second time
+    with --mmproj (placed under text/mmproj/, role mmproj), and its MLX folder is mlx-vlm's,
+    with the text_config fields mlx-vlm would default wrongly written out; a text-only one
+    (and the text family's folders) gets neither."""
+    from eliza_backends.convert import families
+
+    family = families.for_model_type("gemma4", GEMMA4_MM)
+    config = json.loads((GEMMA4_MM / "config.json").read_text())
+    assert family.projector_runs(config) == (("mmproj-f32.gguf", ("--mmproj",)),)
+    assert family.mlx_vlm_text_fields(config) == {"global_head_dim": 64,
+                                                  "use_double_wide_mlp": False}
+    text_only = {k: v for k, v in config.items() if k not in ("vision_config", "audio_config")}
+    assert family.projector_runs(text_only) == ()
+    assert family.mlx_vlm_text_fields(text_only) is None
+    flat = json.loads((GEMMA4_TARGET / "config.json").read_text())
+    assert family.projector_runs(flat) == () and family.mlx_vlm_text_fields(flat) is None
+    assert families.for_model_type("llama", GEMMA4_MM).projector_runs(config) == ()
+
+
 def test_a_gemma4_assistant_is_refused_as_a_source_and_checked_as_a_draft(tmp_path: Path
                                                                           ) -> None:
     from eliza_backends.convert.families.gemma4 import check_assistant

@@ -95,4 +95,30 @@ def convert_mlx(hf_dir: Path, out_dir: Path, precision: str, expected: dict[str,
     return check_config(config, expected)
 
 
-__all__ = ["PRECISIONS", "check_config", "convert_mlx", "explicit_config"]
+def convert_mlx_vlm(source: Path, out_dir: Path, precision: str, text_fields: dict[str, Any],
+                    log_path: Path) -> dict[str, Any]:
+    """Make the MLX folder ``out_dir`` of a multimodal model with ``mlx_vlm convert`` from the
+    source folder itself (towers, processor and tokenizer files included), with
+    ``text_fields`` written into its ``text_config``; returns the text_config fields checked."""
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    cmd = [sys.executable, "-m", "mlx_vlm", "convert", "--hf-path", str(source),
+           "--mlx-path", str(out_dir), *PRECISIONS[precision]]
+    with open(log_path, "wb") as log:
+        done = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False)
+    if done.returncode != 0:
+        raise BundleError(f"mlx_vlm convert failed (exit {done.returncode}): "
+                          f"{log_path.read_text(errors='replace')[-1500:]}")
+    (out_dir / "README.md").unlink(missing_ok=True)
+    cfg_path = out_dir / "config.json"
+    config = json.loads(cfg_path.read_text())
+    config["text_config"] = {**config.get("text_config", {}), **text_fields}
+    cfg_path.write_text(json.dumps(config, indent=2) + "\n")
+    seen = json.loads(cfg_path.read_text())["text_config"]
+    wrong = {k: (seen.get(k), v) for k, v in text_fields.items() if seen.get(k) != v}
+    if wrong:
+        raise BundleError(f"mlx-vlm's folder reads its text_config differently: {wrong}")
+    return {k: seen[k] for k in text_fields}
+
+
+__all__ = ["PRECISIONS", "check_config", "convert_mlx", "convert_mlx_vlm", "explicit_config"]
