@@ -107,7 +107,8 @@ def convert(src: str | os.PathLike[str], out: str | os.PathLike[str], plan: Conv
     job = _float32_stage(source, from_hf, root, plan, runner)
     if draft_dir is not None:
         _mtp_stage(job, draft_dir)
-    _place_projectors(job)
+    if "gguf" in plan.formats:  # (a projector serves the llama.cpp text model beside it)
+        _place_projectors(job)
     for stage in _STAGES:
         if stage.fmt in plan.formats:
             _run_format(job, stage)
