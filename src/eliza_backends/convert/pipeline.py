@@ -548,8 +548,17 @@ def _verify_stage(job: _Job) -> None:
     def build_verify(d: Path) -> None:
         parity = verify_bundle_parity(root, job.hf_dir, job.f32_gguf, job.facts,
                                       log=job.runner.say, threads=job.plan.threads)
-        text = json.dumps(parity, indent=1) + "\n"
         failed = {k: v["error"] for k, v in parity["artifacts"].items() if "error" in v}
+        kinds = job.family.media_kinds(_source_config(job))
+        if kinds:  # image / audio prompts too (a multimodal source)
+            from .verify import _artifact_runs
+            from .verify_media import verify_media
+
+            parity["media"] = verify_media(root, job.source, kinds, _artifact_runs(root),
+                                           log=job.runner.say, threads=job.plan.threads)
+            failed.update({f"{k} (media)": v["error"]
+                           for k, v in parity["media"]["artifacts"].items() if "error" in v})
+        text = json.dumps(parity, indent=1) + "\n"
         if failed:  # left in the bundle for a look; the stage stays unfinished
             (root / "parity.json").write_text(text)
             raise BackendRuntimeError(f"--verify could not run every artifact: {failed}")

@@ -39,6 +39,9 @@ MLX
     ``mlx_vlm_text_fields(config) -> dict | None``: for a multimodal source, the MLX folder is
     ``mlx_vlm convert`` of the source folder itself with these ``text_config`` fields written
     out (None: mlx-lm's, from the float32 text folder).
+Media
+    ``media_kinds(config) -> ("image", "audio")``: what ``--verify`` also checks with an image
+    / audio prompt (:mod:`..verify_media`).
 LiteRT
     ``litert_source(hf_dir, out) -> Path`` the folder litert-torch's ``export_hf`` converts
     (``hf_dir`` itself, or a variant written at ``out``); ``litert_flags`` (extra export

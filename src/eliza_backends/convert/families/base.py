@@ -139,6 +139,11 @@ class ModelFamily:
         model (``model-f32.gguf``)."""
         return (("model-f32.gguf", ()),)
 
+    def media_kinds(self, config: dict[str, Any]) -> tuple[str, ...]:
+        """The media (``"image"``, ``"audio"``) a source folder with ``config`` takes, which
+        ``--verify`` checks with an image / audio prompt; none here."""
+        return ()
+
     def projector_runs(self, config: dict[str, Any]) -> tuple[tuple[str, tuple[str, ...]], ...]:
         """(file name in the ``hf`` stage, extra ``convert_hf_to_gguf.py`` arguments) of each
         multimodal projector GGUF llama.cpp's converter writes from a source folder with

@@ -298,6 +298,10 @@ class Gemma4(ModelFamily):
     def write_float32_folder(self, source: HFFolder, out: Path) -> None:
         write_text_folder(source, out)
 
+    def media_kinds(self, config: dict[str, Any]) -> tuple[str, ...]:
+        kind = {"vision_config": "image", "audio_config": "audio"}
+        return tuple(kind[t] for t in media_towers(config))
+
     def projector_runs(self, config: dict[str, Any]) -> tuple[tuple[str, tuple[str, ...]], ...]:
         return (("mmproj-f32.gguf", ("--mmproj",)),) if media_towers(config) else ()
 
