@@ -7,8 +7,12 @@ rendered text with its media placeholders as libmtmd's marker, mtmd_tokenize (wh
 begin/end media tokens itself), mtmd_helper_eval_chunks (the model's own image mask), then
 greedy decoding without stopping; each media file's projected features by mtmd_encode_chunk.
 
-Usage (a venv with llama-cpp-python, numpy and Pillow, e.g. .venv-convert):
-    .venv-convert/bin/python tools/gemma4_mm_parity.py examples/bundles/gemma4-mm-tiny
+mlx-vlm: the HF folder through mlx-vlm's own Gemma 4 (processor, towers, masks), greedy by full
+recompute like the oracle.
+
+Usage (a venv with llama-cpp-python, mlx-vlm, numpy and Pillow, e.g. .venv-convert):
+    .venv-convert/bin/python tools/gemma4_mm_parity.py examples/bundles/gemma4-mm-tiny \
+        [llama.cpp] [mlx-vlm]
 """
 
 from __future__ import annotations
@@ -180,21 +184,108 @@ class LlamaMtmd:
         raise RuntimeError(f"no media chunk for {path}")
 
 
-def measure_llamacpp(root: Path, doc: dict[str, Any]) -> dict[str, Any]:
-    rt = LlamaMtmd(root)
+class MlxVlm:
+    """The HF folder through mlx-vlm's own Gemma 4 (its processor, towers and masks), greedy by
+    full recompute like the oracle: what mlx-vlm itself does with these prompts."""
+
+    def __init__(self, root: Path) -> None:
+        from mlx_vlm.models.gemma4.processing_gemma4 import Gemma4Processor
+        from mlx_vlm.utils import load_model
+
+        folder = next(p for p in (root / "text").iterdir() if (p / "config.json").is_file())
+        self.model = load_model(folder)
+        self.processor = Gemma4Processor.from_pretrained(str(folder))
+
+    def inputs(self, root: Path, images: list[str], clips: list[str]) -> dict[str, Any]:
+        import mlx.core as mx
+        import numpy as np
+        from PIL import Image
+
+        kw: dict[str, Any] = {}
+        if images:
+            pv, _ = self.processor.image_processor(
+                [Image.fromarray(mm.read_image(root / f)) for f in images])
+            kw["pixel_values"] = mx.array(pv["pixel_values"])
+        if clips:
+            fe = self.processor.feature_extractor([mm.read_audio(root / f) for f in clips],
+                                                  sampling_rate=16000, return_tensors="np")
+            kw["input_features"] = mx.array(np.asarray(fe["input_features"], dtype=np.float32))
+            kw["input_features_mask"] = mx.array(np.asarray(fe["input_features_mask"]))
+        return kw
+
+    def embedding(self, root: Path, path: str) -> Any:
+        import numpy as np
+
+        model = self.model
+        if mm.MEDIA_FILES[Path(path).name][0] == "image":
+            x = self.inputs(root, [path], [])
+            return np.array(model.embed_vision(model.vision_tower(x["pixel_values"]))[0])
+        x = self.inputs(root, [], [path])
+        enc, pad = model.audio_tower(x["input_features"], ~x["input_features_mask"])
+        return np.array(model.embed_audio(enc)[0])[~np.array(pad[0])]
+
+    def greedy(self, root: Path, prompt: dict[str, Any], n: int,
+               reference: str) -> dict[str, Any]:
+        import mlx.core as mx
+        import numpy as np
+
+        kw = self.inputs(root, [s["file"] for s in prompt["media"] if s["kind"] == "image"],
+                         [s["file"] for s in prompt["media"] if s["kind"] == "audio"])
+        ids = list(prompt["prompt_ids"])
+        out: list[int] = []
+        first = None
+        for _ in range(n):
+            t = np.array([ids])
+            types = np.zeros_like(t)
+            types[t == mm.TOKEN_IDS[mm.IMAGE]] = 1
+            types[t == mm.TOKEN_IDS[mm.AUDIO]] = 3
+            res = self.model(mx.array(t), mm_token_type_ids=mx.array(types), **kw)
+            logits = np.array(getattr(res, "logits", res)[0, -1].astype(mx.float32))
+            if first is None:
+                first = logits
+            out.append(int(np.argmax(logits)))
+            ids.append(out[-1])
+        ref = prompt["continuation_ids"]
+        return {"ids": out, "first_logits_max_abs_diff": mask_distances(prompt, first, reference),
+                "equal": sum(a == b for a, b in zip(out, ref, strict=True)),
+                "first_divergence": next((i for i, (a, b) in enumerate(zip(out, ref,
+                                                                           strict=True))
+                                          if a != b), None)}
+
+
+def measure(rt: Any, root: Path, doc: dict[str, Any]) -> dict[str, Any]:
     prompts = {p["name"]: rt.greedy(root, p, doc["n_tokens"], doc["mask"]["reference"])
                for p in doc["prompts"]}
     media = {path: cosines(rt.embedding(root, path), decode_array(entry["embedding"]))
              for path, entry in doc["media"].items()}
+    return {"tokens_equal": sum(r["equal"] for r in prompts.values()),
+            "tokens_compared": doc["n_tokens"] * len(prompts),
+            "prompts": prompts, "embeddings_cosine": media}
+
+
+def measure_mlx(root: Path, doc: dict[str, Any]) -> dict[str, Any]:
+    import importlib.metadata as md
+
+    res = measure(MlxVlm(root), root, doc)
+    return {"runtime": f"mlx {md.version('mlx')} / mlx-vlm {md.version('mlx-vlm')} (its own "
+                       "Gemma 4 processor, towers and masks; full recompute)",
+            "mask": "mlx-vlm's own: with use_bidirectional_attention='vision' and "
+                    "mm_token_type_ids, the image block is OR-ed in on every layer after the "
+                    "sliding window (and skipped when the mask is not square, i.e. a prefill "
+                    "after a cached prefix)", **res}
+
+
+def measure_llamacpp(root: Path, doc: dict[str, Any]) -> dict[str, Any]:
     import llama_cpp
 
+    res = measure(LlamaMtmd(root), root, doc)
     return {"runtime": f"llama-cpp-python {llama_cpp.__version__} (libmtmd)",
             "mask": "libmtmd's own: mtmd_decode_use_non_causal is true for gemma4v at "
                     "n_embd 128 (only 1536/2560 are keyed causal); llama.cpp's Gemma 4 makes a "
-                    "non-causal batch bidirectional on sliding layers only",
-            "tokens_equal": sum(r["equal"] for r in prompts.values()),
-            "tokens_compared": doc["n_tokens"] * len(prompts),
-            "prompts": prompts, "embeddings_cosine": media}
+                    "non-causal batch bidirectional on sliding layers only", **res}
+
+
+RUNTIMES = {"llama.cpp": measure_llamacpp, "mlx-vlm": measure_mlx}
 
 
 def main(argv: list[str]) -> int:
@@ -202,15 +293,15 @@ def main(argv: list[str]) -> int:
     path = root / "parity.json"
     doc = json.loads(path.read_text(encoding="utf-8"))
     measured = doc.setdefault("measured", {})
-    measured["llama.cpp"] = res = measure_llamacpp(root, doc)
-    print(f"llama.cpp: tokens {res['tokens_equal']}/{res['tokens_compared']}; prompt ids equal "
-          f"{sum(r['prompt_ids_equal'] for r in res['prompts'].values())}/{len(res['prompts'])}")
-    for name, r in res["prompts"].items():
-        print(f"  {name}: {r['equal']}/{doc['n_tokens']} first divergence "
-              f"{r['first_divergence']}; first-step max |dlogit| by mask rule "
-              f"{r['first_logits_max_abs_diff']}")
-    for name, c in res["embeddings_cosine"].items():
-        print(f"  {name}: cosine {c}")
+    for runtime in argv[1:] or list(RUNTIMES):
+        measured[runtime] = res = RUNTIMES[runtime](root, doc)
+        print(f"{runtime}: tokens {res['tokens_equal']}/{res['tokens_compared']}")
+        for name, r in res["prompts"].items():
+            print(f"  {name}: {r['equal']}/{doc['n_tokens']} first divergence "
+                  f"{r['first_divergence']}; first-step max |dlogit| by mask rule "
+                  f"{r['first_logits_max_abs_diff']}")
+        for name, c in res["embeddings_cosine"].items():
+            print(f"  {name}: cosine {c}")
     path.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return 0
 
