@@ -38,7 +38,6 @@ from ..errors import (
     UnsupportedOperationError,
 )
 from ..runtime.draft_policy import DraftPolicy
-from ..runtime.slots import read_slot, write_slot
 from ..runtime.speculative import Drafter, Verify
 from ..runtime.text import AssemblerState
 from ..structured.logits import LogitsGuide, OutputSpec
@@ -391,6 +390,8 @@ class Session(SessionHooks):
             except BaseException as exc:
                 self.__repair.recover("save_slot", exc, n, None)
                 raise
+            from ..runtime.slots import write_slot  # (pydantic: only a slot save pays for it)
+
             write_slot(path, {"backend": self.backend_name, "model_fingerprint": info.fingerprint,
                               "runtime": info.runtime, "tokens": list(self.__history)}, payload)
         finally:
@@ -408,6 +409,8 @@ class Session(SessionHooks):
                 f"{self.backend_name} sessions cannot restore slots (capabilities.slots is False)")
         self.__guard.begin("restore_slot", allow_cancelled=True, guarded=True)
         try:
+            from ..runtime.slots import read_slot
+
             info = self.__info
             header, payload = read_slot(path, backend=self.backend_name,
                                         model_fingerprint=info.fingerprint, runtime=info.runtime)
