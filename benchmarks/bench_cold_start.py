@@ -325,7 +325,7 @@ def summarize_model(runs: dict[str, list[dict[str, Any]]], direct: str) -> dict[
     for name, samples in runs.items():
         marks = [s.get("marks", {}) for s in samples]
         phases = {}
-        if name in ("seam", "seam@baseline", direct):  # each phase's own time; first_token: the total
+        if name in ("seam", "seam@baseline", direct):  # phase times; total: to first token
             for i, key in enumerate(PHASES):
                 before = PHASES[i - 1] if i else None
                 phases[key] = summarize(m[key] - (m[before] if before else 0.0)
@@ -399,6 +399,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         run_worker(args.worker)
         return 0
+    # bytecode caches on, as after a pip install (an environment may switch them off: then
+    # every fresh process would compile this checkout's modules, and not the runtimes')
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     sys.path.insert(0, str(HERE))
     from harness import ROOT
     from real_models import HINT, real_ggufs

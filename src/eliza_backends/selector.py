@@ -110,14 +110,14 @@ def explain(bundle_dir: str | os.PathLike[str], *, backend: str | None = None,
             environ: Mapping[str, str] | None = None,
             registry: Registry | None = None) -> SelectionReport:
     """Run the selection and report every candidate's verdict (never raises for selection)."""
-    report, _ = _resolve(bundle_dir, backend, environ, registry)
+    report, _ = _resolve(bundle_dir, backend, environ, registry, detail=True)
     return report
 
 
 def select(bundle_dir: str | os.PathLike[str], *, backend: str | None = None,
            environ: Mapping[str, str] | None = None, registry: Registry | None = None) -> Factory:
     """The factory that serves ``bundle_dir``; :class:`BackendSelectionError` if none can."""
-    report, factory = _resolve(bundle_dir, backend, environ, registry)
+    report, factory = _resolve(bundle_dir, backend, environ, registry, detail=False)
     if factory is None:
         raise BackendSelectionError(report.error or "no backend selected",
                                     code=report.error_code or Status.ERR_BACKEND_UNAVAILABLE)
@@ -171,6 +171,9 @@ class _Selection:
     rows: list[_Row]
     broken: tuple[str, ...]
     verdicts: dict[str, tuple[Verdict, str]] = field(default_factory=dict)
+    #: Whether the report describes the chosen backend's model and drafters (``explain``;
+    #: ``select`` skips those header probes: opening a stream does not read them).
+    detail: bool = True
 
     def report(self, chosen: Factory | None, error: str | None,
                code: Status = Status.ERR_BACKEND_UNAVAILABLE) -> SelectionReport:
@@ -179,8 +182,10 @@ class _Selection:
         return SelectionReport(str(self.bundle), self.requested, self.requested_by,
                                chosen.name if chosen else None, error, cands, self.broken,
                                code if error else None,
-                               _safe_drafters(chosen, self.bundle) if chosen else {},
-                               _safe_describe(chosen, self.bundle) if chosen else "")
+                               _safe_drafters(chosen, self.bundle) if chosen and self.detail
+                               else {},
+                               _safe_describe(chosen, self.bundle) if chosen and self.detail
+                               else "")
 
 
 def _gather(bundle_dir: str | os.PathLike[str], backend: str | None,
@@ -202,20 +207,22 @@ def _gather(bundle_dir: str | os.PathLike[str], backend: str | None,
 
 
 def _resolve(bundle_dir: str | os.PathLike[str], backend: str | None,
-             environ: Mapping[str, str] | None,
-             registry: Registry | None) -> tuple[SelectionReport, Factory | None]:
+             environ: Mapping[str, str] | None, registry: Registry | None, *,
+             detail: bool) -> tuple[SelectionReport, Factory | None]:
     path = Path(bundle_dir)
     if not is_bundle_dir(path) and artifact_format(path) is not None:
         # a single artifact: select on it staged as a bundle, report the path that was given
         with ImplicitBundle(path) as staged:
-            report, factory = _resolve_bundle(staged.root, backend, environ, registry)
+            report, factory = _resolve_bundle(staged.root, backend, environ, registry, detail)
         return replace(report, bundle_dir=str(path)), factory
-    return _resolve_bundle(path, backend, environ, registry)
+    return _resolve_bundle(path, backend, environ, registry, detail)
 
 
 def _resolve_bundle(bundle_dir: Path, backend: str | None, environ: Mapping[str, str] | None,
-                    registry: Registry | None) -> tuple[SelectionReport, Factory | None]:
+                    registry: Registry | None,
+                    detail: bool) -> tuple[SelectionReport, Factory | None]:
     sel = _gather(bundle_dir, backend, environ, registry)
+    sel.detail = detail
     if not sel.bundle.is_dir():
         sel.verdicts = {r.name: ("cannot-serve", "no bundle") for r in sel.rows}
         return sel.report(None, f"bundle directory {sel.bundle} does not exist",
