@@ -26,8 +26,6 @@ one-artifact bundle of symbolic links in a temporary folder, without copying a b
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -200,6 +198,8 @@ class ImplicitBundle:
         if artifact_format(source) is None:
             raise not_a_bundle(Path(artifact))
         self.source: Path = source
+        import tempfile  # (single artifacts only)
+
         self._tmp = Path(tempfile.mkdtemp(prefix="eliza-implicit-"))
         self.root: Path = self._tmp / (source.stem or "model")
         text = self.root / TEXT_DIR
@@ -213,6 +213,8 @@ class ImplicitBundle:
 
     def close(self) -> None:
         """Remove the staging folder (links only). Idempotent."""
+        import shutil
+
         shutil.rmtree(self._tmp, ignore_errors=True)
 
     def __enter__(self) -> ImplicitBundle:

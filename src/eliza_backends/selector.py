@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -376,6 +375,8 @@ def _unknown_backend(requested: str, requested_by: str | None,
           f"(installed: {installed})."
     names = {n.lower() for f in factories for n in f.names()} | set(KNOWN_BACKENDS)
     key = requested.lower()
+    import difflib  # (only an unknown backend name pays for it)
+
     close = [key] if key in KNOWN_BACKENDS else difflib.get_close_matches(key, sorted(names),
                                                                            n=1, cutoff=0.6)
     if close and close[0] != key:

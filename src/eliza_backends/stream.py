@@ -32,8 +32,6 @@ from .errors import (
     SessionBusyError,
     UnsupportedOperationError,
 )
-from .prompt.chat import common_prefix, render_bounds
-from .prompt.chat_tokens import chat_token_ids
 from .registry import Registry, default_registry
 from .selector import KNOWN_BACKENDS, select
 from .structured.logits import OutputSpec
@@ -145,6 +143,9 @@ class Stream:
             raise UnsupportedOperationError(
                 f"the model served by {self.backend} ships no chat template; pass one with "
                 "StreamConfig(chat_template=...) or prefill text yourself")
+        from .prompt.chat import render_bounds  # (chat streams only: templates, jinja2)
+        from .prompt.chat_tokens import chat_token_ids
+
         with render_bounds(cancelled=lambda: session.cancelled):
             return chat_token_ids(session, template, messages,
                                   add_generation_prompt=add_generation_prompt, tools=tools)
@@ -161,6 +162,8 @@ class Stream:
         ids = list(token_ids)
         if not ids:
             raise InvalidArgumentError("prefill_reusing() needs at least one token id")
+        from .prompt.chat import common_prefix
+
         keep = session.reset_keep(min(common_prefix(session.history, ids), len(ids) - 1))
         return self.prefill(ids[keep:])
 
