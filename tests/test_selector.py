@@ -265,6 +265,17 @@ def test_discovery_reads_only_its_group_without_importlib_metadata(
         ("alpha", "Alpha.Plugin", "0.1")
 
 
+def test_distribution_version_agrees_with_importlib_metadata() -> None:
+    """The plugins' availability probes read versions through the kit's cheap reader."""
+    from importlib import metadata
+
+    from eliza_backends.backend import distribution_version
+
+    for name in ("pydantic", "pluggy", "llama-cpp-python", "llama_cpp_python", "Eliza.Backends"):
+        assert distribution_version(name) == metadata.version(name), name
+    assert distribution_version("no-such-distribution-here") is None
+
+
 def test_cli_select_uses_real_discovery(plugin_site: PluginSite, bundle: Path) -> None:
     plugin_site.add_scripted("llama", LLAMA)
     plugin_site.add_scripted("beta", '"beta", rank=9, suffix=".beta"')

@@ -1,4 +1,4 @@
-"""The installed distributions' entry points of one group, read without ``importlib.metadata``.
+"""Installed distributions read cheaply: one entry-point group, one distribution's version.
 
 ``importlib.metadata.entry_points(group=...)`` builds a distribution object for every installed
 package and parses every ``entry_points.txt`` (and, for ``ep.dist.name``, the distribution's
@@ -6,8 +6,10 @@ package and parses every ``entry_points.txt`` (and, for ``ep.dist.name``, the di
 and loading this package's plugins. :func:`group_entry_points` lists the ``*.dist-info`` and
 ``*.egg-info`` folders on ``sys.path`` instead, reads only the ``entry_points.txt`` files that
 have a ``[group]`` section, and the name and version of only those distributions (the first
-lines of their ``METADATA`` / ``PKG-INFO``). As with ``importlib.metadata``, the first
-distribution of a name on the path wins.
+lines of their ``METADATA`` / ``PKG-INFO``). :func:`distribution_version` is
+``importlib.metadata.version`` read the same way (the plugins' availability probes report
+their runtime's version). As with ``importlib.metadata``, the first distribution of a name on
+the path wins.
 
 :meth:`EntryPointRef.load` imports the object an installed distribution names (what
 ``EntryPoint.load`` does); nothing read from a bundle is ever imported.
@@ -62,6 +64,18 @@ def group_entry_points(group: str, path: Iterable[str] | None = None) -> list[En
             found += [EntryPointRef(ep, value, name, version)
                       for ep, value in _section(text, group)]
     return found
+
+
+def distribution_version(name: str, path: Iterable[str] | None = None) -> str | None:
+    """The version of the installed distribution ``name`` (any spelling: ``ai-edge-litert``,
+    ``ai_edge_litert``), the first on ``path`` (default ``sys.path``); None when it is not
+    installed or its metadata has no version."""
+    wanted = _NORMALIZE.sub("_", name).lower()
+    for folder in (sys.path if path is None else path):
+        for info in _info_dirs(folder or "."):
+            if _dist_key(os.path.basename(info)) == wanted:
+                return _name_and_version(info)[1]
+    return None
 
 
 def _info_dirs(folder: str) -> list[str]:
@@ -119,4 +133,4 @@ def _name_and_version(info: str) -> tuple[str | None, str | None]:
     return fields.get("Name"), fields.get("Version")
 
 
-__all__ = ["EntryPointRef", "group_entry_points"]
+__all__ = ["EntryPointRef", "distribution_version", "group_entry_points"]

@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..bundle import find_artifacts
+from ..entry_points import distribution_version
 from ..runtime.kv_cursor import KVCursor
 from ..runtime.speculative import (
     Drafter,
@@ -150,6 +151,7 @@ __all__ = [
     "Verify",
     "accept_greedy",
     "accept_sampled",
+    "distribution_version",
     "find_artifacts",
     "find_tokenizer",
     "hookimpl",
