@@ -352,6 +352,11 @@ def summarize_model(runs: dict[str, list[dict[str, Any]]], direct: str) -> dict[
     per_round = [s["marks"]["first_token"] / r["marks"]["first_token"]
                  for s, r in zip(runs["seam"], runs[direct], strict=True)]
     out["ratio_first_token_per_round"] = summarize(per_round)
+    out["ratio_cpu"] = seam["cpu"]["median"] / ref["cpu"]["median"]
+    base = out["contenders"].get("seam@baseline")
+    if base is not None:
+        out["ratio_baseline_first_token"] = seam["total"]["median"] / base["total"]["median"]
+        out["ratio_baseline_cpu"] = seam["cpu"]["median"] / base["cpu"]["median"]
     return out
 
 
@@ -375,7 +380,11 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"seam / {direct}: first token {res['ratio_first_token']:.2f} (per round "
                      f"{cell(res['ratio_first_token_per_round'], 1, '.2f')}), wall "
                      f"{res['ratio_wall']:.2f}; cli wall / {direct} wall "
-                     f"{res['ratio_cli_wall']:.2f}")
+                     f"{res['ratio_cli_wall']:.2f}; cpu {res['ratio_cpu']:.2f}")
+        if "ratio_baseline_cpu" in res:
+            lines.append(f"seam / seam@baseline: first token "
+                         f"{res['ratio_baseline_first_token']:.2f}, cpu "
+                         f"{res['ratio_baseline_cpu']:.2f}")
         if res["stages"]:
             lines.append("stages (ms, each stage's own time):")
             lines.append(format_table(["stage", "ms"], [[k, cell(v, 1000, ".1f")]
