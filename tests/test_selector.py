@@ -265,6 +265,37 @@ def test_discovery_reads_only_its_group_without_importlib_metadata(
         ("alpha", "Alpha.Plugin", "0.1")
 
 
+def test_select_asks_no_availability_of_a_backend_that_cannot_serve(
+        plugin_site: PluginSite, tmp_path: Path) -> None:
+    """Issue 42: opening a stream probes availability only of the backends that can serve
+    the bundle; explain() still reports every backend's verdict."""
+    plugin_site.add("counting", """
+        from eliza_backends import hookimpl
+        from scripted_backend import ScriptedFactory
+        ASKED = []
+
+        class Counting(ScriptedFactory):
+            def available(self):
+                ASKED.append(self.name)
+                return super().available()
+
+        @hookimpl
+        def eliza_backends_factories():
+            return [Counting("llama.cpp", rank=0, suffix=".gguf"),
+                    Counting("alpha", rank=5, suffix=".alpha", available=False)]
+        """)
+    gguf_only = make_bundle(tmp_path / "gguf", "m.gguf")
+    environ = plugin_site.environ()
+    registry = Registry(environ=environ)
+    assert select(gguf_only, environ=environ, registry=registry).name == "llama.cpp"
+    asked = sys.modules["fake_plugin_counting"].ASKED
+    assert asked == ["llama.cpp"]
+    report = explain(gguf_only, environ=environ, registry=registry)
+    assert {c.name: c.verdict for c in report.candidates} == {
+        "llama.cpp": "chosen", "alpha": "unavailable"}
+    assert sorted(set(asked)) == ["alpha", "llama.cpp"]
+
+
 def test_distribution_version_agrees_with_importlib_metadata() -> None:
     """The plugins' availability probes read versions through the kit's cheap reader."""
     from importlib import metadata

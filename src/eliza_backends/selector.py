@@ -123,23 +123,32 @@ def select(bundle_dir: str | os.PathLike[str], *, backend: str | None = None,
     return factory
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Row:
-    """One backend as the selector sees it: availability, can-serve, rank (probed once)."""
+    """One backend as the selector sees it: can-serve, rank, and availability, each probed
+    once; availability on first use (a backend that cannot serve the bundle is not asked,
+    unless a report or an error needs its verdict)."""
 
     factory: Factory
-    availability: Availability
     can_serve: bool
     rank: int
     why_not: str = ""  # why it cannot serve (empty when it can)
     has_artifact: bool = False  # the bundle has an artifact of one of its formats
+    _availability: Availability | None = None
 
     @classmethod
     def probe(cls, factory: Factory, bundle: Path) -> _Row:
         serves = _safe_can_serve(factory, bundle)
         why = "" if serves else _safe_reason(factory, bundle)
-        return cls(factory, safe_available(factory), serves, safe_rank(factory), why,
+        return cls(factory, serves, safe_rank(factory), why,
                    bool(find_artifacts(bundle, factory.formats)))
+
+    @property
+    def availability(self) -> Availability:
+        """``factory.available()`` (see :func:`safe_available`), asked once."""
+        if self._availability is None:
+            self._availability = safe_available(self.factory)
+        return self._availability
 
     @property
     def name(self) -> str:
@@ -174,10 +183,19 @@ class _Selection:
     #: ``select`` skips those header probes: opening a stream does not read them).
     detail: bool = True
 
+    def verdict(self, row: _Row) -> tuple[Verdict, str]:
+        """``row``'s verdict: the one the rules gave it, else its own (:meth:`_Row.verdict`)."""
+        given = self.verdicts.get(row.name)
+        return given if given is not None else row.verdict()
+
     def report(self, chosen: Factory | None, error: str | None,
                code: Status = Status.ERR_BACKEND_UNAVAILABLE) -> SelectionReport:
-        cands = tuple(Candidate(r.name, *self.verdicts[r.name], r.availability.ok, r.can_serve,
-                                r.rank, r.availability.detail) for r in self.rows)
+        """The report; ``select`` (not :attr:`detail`) that found a backend lists no
+        candidates (it returns only the factory), so it asks no other backend's
+        availability."""
+        rows = () if chosen is not None and not self.detail else self.rows
+        cands = tuple(Candidate(r.name, *self.verdict(r), r.availability.ok, r.can_serve,
+                                r.rank, r.availability.detail) for r in rows)
         return SelectionReport(str(self.bundle), self.requested, self.requested_by,
                                chosen.name if chosen else None, error, cands, self.broken,
                                code if error else None,
@@ -200,9 +218,7 @@ def _gather(bundle_dir: str | os.PathLike[str], backend: str | None,
     bundle = Path(bundle_dir)
     rows = [_Row.probe(f, bundle) for f in reg.factories()]
     broken = tuple(f"{p.plugin}: {p.error}" for p in reg.problems())
-    selection = _Selection(bundle, requested, requested_by, rows, broken)
-    selection.verdicts = {r.name: r.verdict() for r in rows}
-    return selection
+    return _Selection(bundle, requested, requested_by, rows, broken)
 
 
 def _resolve(bundle_dir: str | os.PathLike[str], backend: str | None,
@@ -273,7 +289,7 @@ def _hard_request(sel: _Selection, requested: str) -> tuple[SelectionReport, Fac
 
 def _auto_select(sel: _Selection) -> tuple[SelectionReport, Factory | None]:
     """Rules 2-5: the highest rank above 0, else llama.cpp, else the best rank <= 0."""
-    candidates = [r for r in sel.rows if r.availability.ok and r.can_serve]
+    candidates = [r for r in sel.rows if r.can_serve and r.availability.ok]
     others = sorted((r for r in candidates if r.name != LLAMA_CPP),
                     key=lambda r: (-r.rank, r.name))
     llama = next((r for r in candidates if r.name == LLAMA_CPP), None)
@@ -313,7 +329,7 @@ def _nothing_serves(sel: _Selection) -> SelectionReport:
             Status.ERR_BACKEND_UNAVAILABLE
         return sel.report(None, f"no backend can run {sel.bundle} on this host: "
                           + "; ".join(blockers), code)
-    lacks = "; ".join(f"{r.name}: {sel.verdicts[r.name][1]}" for r in sel.rows) or \
+    lacks = "; ".join(f"{r.name}: {sel.verdict(r)[1]}" for r in sel.rows) or \
         "no backend is installed"
     err = (f"no installed backend can serve {sel.bundle} ({lacks}): it has no model artifact "
            "under text/. Add one (a .gguf, `eliza-backends bundle create`).")
