@@ -21,7 +21,10 @@ of the whole process, includes it and the exit). Contenders per model:
 - ``cli``: ``eliza-backends generate BUNDLE PROMPT --max-tokens 1``, wall time only, beside
   ``llama_cpp``'s wall time;
 - with ``--mlx``, on the tiny bundle's MLX folder: ``seam`` (backend mlx-coreml) against
-  ``mlx_lm.load`` + the first ``generate_step``.
+  ``mlx_lm.load`` + the first ``generate_step``;
+- with ``--litert``, on the tiny bundle's ``.tflite``: the seam's interpreter session against
+  ai-edge-litert's ``Interpreter`` used directly (prefill signature, one decode, argmax), both
+  on the same token ids.
 
 The bundles are plain ones (``create_bundle(link=True)``: the GGUF hard-linked beside a
 manifest) in ``.bench-cache/cold-start/``. ``uptime``'s load average is recorded before and
@@ -49,7 +52,15 @@ PROMPT = ("The history of the printing press begins in the fifteenth century, wh
 N_CTX = 2048
 #: The marks every worker sets, in order (seconds since the worker's clock started).
 PHASES = ("import", "open", "prefill", "first_token")
-MLX_FOLDER = HERE.parent / "examples" / "bundles" / "tiny" / "text" / "tiny-mlx"
+TINY_BUNDLE = HERE.parent / "examples" / "bundles" / "tiny"
+MLX_FOLDER = TINY_BUNDLE / "text" / "tiny-mlx"
+LITERT_FILE = TINY_BUNDLE / "text" / "tiny.tflite"
+#: The LiteRT pair: the seam's token-exact interpreter session on the tiny bundle's .tflite
+#: (its KV cache holds 512 positions), a token-id prompt (the direct loop has no tokenizer).
+LITERT_SPEC: dict[str, Any] = {
+    "open": {"backend": "litert-lm", "context_size": 256, "batch_size": 64,
+             "options": {"litert-lm": {"runtime": "interpreter", "artifact": "tiny.tflite"}}},
+    "ids": [0, 43, 289, 87, 269, 51, 12, 300, 7, 99]}
 
 
 def _since_start() -> float:
@@ -68,16 +79,15 @@ def _cpu_seconds() -> float:
 # -------------------------------------------------------------------------------- workers
 
 
-def worker_seam(bundle: str, threads: int, backend: str | None) -> dict[str, Any]:
+def worker_seam(bundle: str, threads: int, spec: dict[str, Any]) -> dict[str, Any]:
     """What a user writes; marks after the import, the open, the prefill and the token."""
     marks: dict[str, float] = {}
     from eliza_backends import open_stream
 
     marks["import"] = _since_start()
-    stream = open_stream(bundle, backend=backend, threads=threads, context_size=N_CTX,
-                         max_tokens=1)
+    stream = open_stream(bundle, threads=threads, max_tokens=1, **_open_kwargs(spec))
     marks["open"] = _since_start()
-    stream.prefill(PROMPT)
+    stream.prefill(spec.get("ids") or PROMPT)
     marks["prefill"] = _since_start()
     step = stream.next()
     marks["first_token"] = _since_start()
@@ -86,7 +96,12 @@ def worker_seam(bundle: str, threads: int, backend: str | None) -> dict[str, Any
     return {"marks": marks, "cpu": cpu, "token": step.tokens[0] if step.tokens else None}
 
 
-def worker_stages(bundle: str, threads: int, backend: str | None) -> dict[str, Any]:
+def _open_kwargs(spec: dict[str, Any]) -> dict[str, Any]:
+    """``open_stream``'s keywords of a target (``spec["open"]``; context 2048 by default)."""
+    return {"context_size": N_CTX, **spec.get("open", {})}
+
+
+def worker_stages(bundle: str, threads: int, spec: dict[str, Any]) -> dict[str, Any]:
     """``open_stream``'s work one stage at a time (its order), each stage's end marked."""
     marks: dict[str, float] = {}
 
@@ -101,7 +116,9 @@ def worker_stages(bundle: str, threads: int, backend: str | None) -> dict[str, A
     mark("import stream API")
     from eliza_backends.config import StreamConfig
 
-    cfg = StreamConfig.build(None, threads=threads, context_size=N_CTX, max_tokens=1)
+    kwargs = _open_kwargs(spec)
+    backend = kwargs.pop("backend", None)
+    cfg = StreamConfig.build(None, threads=threads, max_tokens=1, **kwargs)
     mark("config validation")
     from eliza_backends.backend.context import InferenceContext
 
@@ -128,7 +145,7 @@ def worker_stages(bundle: str, threads: int, backend: str | None) -> dict[str, A
     mark("context creation" if loaded else "model load + context")
     stream = stream_module.Stream(session, backend=factory.name, context=context,
                                   owns_context=True)
-    stream.prefill(PROMPT)
+    stream.prefill(spec.get("ids") or PROMPT)
     mark("first prefill")
     step = stream.next()
     mark("first token")
@@ -142,7 +159,9 @@ def _import_runtime(backend: str) -> None:
     if backend == "llama.cpp":
         from eliza_llamacpp import model, session, solo  # noqa: F401
     elif backend == "mlx-coreml":
-        from eliza_mlx import mlx_session  # noqa: F401
+        import mlx_lm  # noqa: F401
+    elif backend == "litert-lm":
+        import ai_edge_litert.interpreter  # noqa: F401
 
 
 def _load_weights(factory: Any, context: Any, cfg: Any) -> bool:
@@ -215,19 +234,58 @@ def worker_mlx_lm(folder: str, threads: int) -> dict[str, Any]:
     return {"marks": marks, "cpu": _cpu_seconds(), "token": int(token)}
 
 
+def worker_litert(tflite: str, threads: int, ids: list[int]) -> dict[str, Any]:
+    """ai-edge-litert's Interpreter used directly on the ``.tflite`` (as
+    ``benchmarks/bench_litert.py``'s direct loop): the prefill signature over all but the
+    last prompt token, then one decode of the last one, argmax."""
+    marks: dict[str, float] = {}
+    import numpy as np
+    from ai_edge_litert.interpreter import Interpreter
+
+    marks["import"] = _since_start()
+    it = Interpreter(model_path=tflite, num_threads=threads)
+    prefill = {int(k.split("_")[1]): it.get_signature_runner(k)
+               for k in it.get_signature_list() if k.startswith("prefill_")}
+    decode = it.get_signature_runner("decode")
+    details = decode.get_input_details()
+    cache = {k: np.zeros(v["shape"], dtype=v["dtype"]) for k, v in details.items()
+             if k.startswith("kv_cache_")}
+    keys = np.arange(int(details["mask"]["shape"][-1]))
+    masks = np.where(keys[None, :] <= keys[:, None], 0.0,
+                     np.finfo(np.float32).min).astype(np.float32)
+    marks["open"] = _since_start()
+    head = ids[:-1]
+    size = min(length for length in prefill if len(head) <= length)
+    toks = np.zeros((1, size), dtype=np.int32)
+    toks[0, :len(head)] = head
+    cache = prefill[size](tokens=toks, input_pos=np.arange(size, dtype=np.int32),
+                          mask=masks[:size][None, None], **cache)
+    marks["prefill"] = _since_start()
+    out = decode(tokens=np.array([[ids[-1]]], dtype=np.int32),
+                 input_pos=np.array([len(head)], dtype=np.int32),
+                 mask=masks[len(head)][None, None, None], **cache)
+    token = int(out["logits"][0, -1].argmax())
+    marks["first_token"] = _since_start()
+    return {"marks": marks, "cpu": _cpu_seconds(), "token": token}
+
+
 WORKERS = {"seam": worker_seam, "stages": worker_stages}
 
 
 def run_worker(argv: list[str]) -> None:
-    """``--worker NAME TARGET THREADS BACKEND``: one measurement, one JSON line."""
-    name, target, threads_text, backend = argv
+    """``--worker NAME TARGET THREADS SPEC``: one measurement, one JSON line (``SPEC``: the
+    target's JSON: ``open`` keywords for ``open_stream``, token ``ids`` for the prompt)."""
+    name, target, threads_text, spec_text = argv
     threads = int(threads_text)
+    spec: dict[str, Any] = json.loads(spec_text or "{}")
     if name == "llama_cpp":
         out = worker_llama_cpp(target, threads)
     elif name == "mlx_lm":
         out = worker_mlx_lm(target, threads)
+    elif name == "litert":
+        out = worker_litert(target, threads, spec["ids"])
     else:
-        out = WORKERS[name](target, threads, backend or None)
+        out = WORKERS[name](target, threads, spec)
     print(json.dumps(out))
 
 
@@ -296,19 +354,22 @@ def timed_cli(bundle: Path, threads: int) -> dict[str, Any]:
 
 
 def measure(target: Path, direct: tuple[str, str], threads: int, repeat: int,
-            backend: str = "", baseline: Path | None = None) -> dict[str, list[dict[str, Any]]]:
+            spec: dict[str, Any], baseline: Path | None = None
+            ) -> dict[str, list[dict[str, Any]]]:
     """Interleave seam, stages, the direct contender and the CLI on one bundle (and, with
     ``baseline``, the seam of that checkout: ``seam@baseline``)."""
     from harness import interleave
 
     runtime_name, runtime_target = direct
-    seam_args = [str(target), str(threads), backend]
+    seam_args = [str(target), str(threads), json.dumps(spec)]
     jobs = {
         "seam": lambda: timed_spawn(["seam", *seam_args]),
         "stages": lambda: timed_spawn(["stages", *seam_args]),
-        runtime_name: lambda: timed_spawn([runtime_name, runtime_target, str(threads), ""]),
-        "cli": lambda: timed_cli(target, threads),
+        runtime_name: lambda: timed_spawn([runtime_name, runtime_target, str(threads),
+                                           json.dumps(spec)]),
     }
+    if not spec:  # the CLI takes a text prompt and default options
+        jobs["cli"] = lambda: timed_cli(target, threads)
     if baseline is not None:
         path = source_path(baseline)
         jobs["seam@baseline"] = lambda: timed_spawn(["seam", *seam_args], path)
@@ -347,8 +408,9 @@ def summarize_model(runs: dict[str, list[dict[str, Any]]], direct: str) -> dict[
     seam, ref = out["contenders"]["seam"], out["contenders"][direct]
     out["ratio_first_token"] = seam["total"]["median"] / ref["total"]["median"]
     out["ratio_wall"] = seam["wall"]["median"] / ref["wall"]["median"]
-    out["ratio_cli_wall"] = (out["contenders"]["cli"]["wall"]["median"]
-                             / ref["wall"]["median"])
+    if "cli" in out["contenders"]:
+        out["ratio_cli_wall"] = (out["contenders"]["cli"]["wall"]["median"]
+                                 / ref["wall"]["median"])
     per_round = [s["marks"]["first_token"] / r["marks"]["first_token"]
                  for s, r in zip(runs["seam"], runs[direct], strict=True)]
     out["ratio_first_token_per_round"] = summarize(per_round)
@@ -377,10 +439,11 @@ def render(report: dict[str, Any]) -> str:
                          cell(s["load"], 1, ".1f")])
         lines.append(format_table(["contender", "import", "open", "prefill", "token",
                                    "to first token", "cpu", "process wall", "load avg"], rows))
+        cli = (f"; cli wall / {direct} wall {res['ratio_cli_wall']:.2f}"
+               if "ratio_cli_wall" in res else "")
         lines.append(f"seam / {direct}: first token {res['ratio_first_token']:.2f} (per round "
                      f"{cell(res['ratio_first_token_per_round'], 1, '.2f')}), wall "
-                     f"{res['ratio_wall']:.2f}; cli wall / {direct} wall "
-                     f"{res['ratio_cli_wall']:.2f}; cpu {res['ratio_cpu']:.2f}")
+                     f"{res['ratio_wall']:.2f}, cpu {res['ratio_cpu']:.2f}{cli}")
         if "ratio_baseline_cpu" in res:
             lines.append(f"seam / seam@baseline: first token "
                          f"{res['ratio_baseline_first_token']:.2f}, cpu "
@@ -397,6 +460,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gguf", action="append", default=None, help="GGUF to measure "
                     "(default: the real models, see benchmarks/real_models.py)")
     ap.add_argument("--mlx", action="store_true", help="also the tiny bundle's MLX folder")
+    ap.add_argument("--litert", action="store_true", help="also the tiny bundle's .tflite "
+                    "(the interpreter session vs ai-edge-litert's Interpreter, token ids)")
     ap.add_argument("--no-gguf", action="store_true", help="skip the GGUFs (with --mlx)")
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--threads", type=int, default=2)
@@ -417,13 +482,13 @@ def main(argv: list[str] | None = None) -> int:
 
     cache = ROOT / ".bench-cache" / "cold-start"
     cache.mkdir(parents=True, exist_ok=True)
-    targets: list[tuple[str, Path, tuple[str, str], str]] = []
+    targets: list[tuple[str, Path, tuple[str, str], dict[str, Any]]] = []
     if not args.no_gguf:
         ggufs = real_ggufs(args.gguf)
         if not ggufs:
             print(HINT, file=sys.stderr)
             return 1
-        targets += [(g.name, plain_bundle(g, cache), ("llama_cpp", str(g)), "") for g in ggufs]
+        targets += [(g.name, plain_bundle(g, cache), ("llama_cpp", str(g)), {}) for g in ggufs]
     if args.mlx:
         targets.append(("tiny MLX", plain_bundle(MLX_FOLDER, cache),
                         ("mlx_lm", str(MLX_FOLDER)), ""))
@@ -431,9 +496,11 @@ def main(argv: list[str] | None = None) -> int:
                               "baseline": None if args.baseline is None else str(args.baseline),
                               "prompt": PROMPT, "n_ctx": N_CTX, "models": {},
                               "load_before": load_average()}
-    for label, bundle, direct, backend in targets:
+    if args.litert:
+        targets.append(("tiny LiteRT", TINY_BUNDLE, ("litert", str(LITERT_FILE)), LITERT_SPEC))
+    for label, bundle, direct, spec in targets:
         print(f"{label}: ", end="", file=sys.stderr, flush=True)
-        runs = measure(bundle, direct, args.threads, args.repeat, backend, args.baseline)
+        runs = measure(bundle, direct, args.threads, args.repeat, spec, args.baseline)
         report["models"][label] = {"direct": direct[0], **summarize_model(runs, direct[0]),
                                    "samples": runs}
     report["load_after"] = load_average()
