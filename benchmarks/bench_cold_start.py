@@ -415,6 +415,9 @@ def summarize_model(runs: dict[str, list[dict[str, Any]]], direct: str) -> dict[
                  for s, r in zip(runs["seam"], runs[direct], strict=True)]
     out["ratio_first_token_per_round"] = summarize(per_round)
     out["ratio_cpu"] = seam["cpu"]["median"] / ref["cpu"]["median"]
+    # the same work: every contender's first token is the same one
+    out["first_tokens"] = sorted({s.get("token") for name in ("seam", "stages", direct)
+                                  for s in runs[name]}, key=str)
     base = out["contenders"].get("seam@baseline")
     if base is not None:
         out["ratio_baseline_first_token"] = seam["total"]["median"] / base["total"]["median"]
@@ -448,6 +451,8 @@ def render(report: dict[str, Any]) -> str:
             lines.append(f"seam / seam@baseline: first token "
                          f"{res['ratio_baseline_first_token']:.2f}, cpu "
                          f"{res['ratio_baseline_cpu']:.2f}")
+        if len(res["first_tokens"]) != 1:
+            lines.append(f"WARNING: the contenders' first tokens differ: {res['first_tokens']}")
         if res["stages"]:
             lines.append("stages (ms, each stage's own time):")
             lines.append(format_table(["stage", "ms"], [[k, cell(v, 1000, ".1f")]
