@@ -373,16 +373,29 @@ def measure(target: Path, direct: tuple[str, str], threads: int, repeat: int,
     if baseline is not None:
         path = source_path(baseline)
         jobs["seam@baseline"] = lambda: timed_spawn(["seam", *seam_args], path)
+        jobs["stages@baseline"] = lambda: timed_spawn(["stages", *seam_args], path)
     for job in jobs.values():  # warm-up: bytecode caches, the page cache
         job()
     return interleave(list(jobs), repeat, lambda name: jobs[name]())
+
+
+def stage_table(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each stage's own time (its mark minus the previous one), summarized over the runs."""
+    from harness import summarize
+
+    marks = [s["marks"] for s in samples]
+    if not marks:
+        return {}
+    names = list(marks[0])
+    return {name: summarize(m[name] - (m[names[i - 1]] if i else 0.0) for m in marks)
+            for i, name in enumerate(names)}
 
 
 def summarize_model(runs: dict[str, list[dict[str, Any]]], direct: str) -> dict[str, Any]:
     """Medians per contender and mark, the stage durations, and the ratios."""
     from harness import summarize
 
-    out: dict[str, Any] = {"contenders": {}, "stages": {}}
+    out: dict[str, Any] = {"contenders": {}}
     for name, samples in runs.items():
         marks = [s.get("marks", {}) for s in samples]
         phases = {}
@@ -398,13 +411,8 @@ def summarize_model(runs: dict[str, list[dict[str, Any]]], direct: str) -> dict[
             "wall": summarize(s["wall"] for s in samples),
             "load": summarize(s["load"] for s in samples),
         }
-    stage_marks = [s["marks"] for s in runs.get("stages", [])]
-    if stage_marks:
-        names = list(stage_marks[0])
-        for i, name in enumerate(names):
-            before = names[i - 1] if i else None
-            out["stages"][name] = summarize(
-                m[name] - (m[before] if before else 0.0) for m in stage_marks)
+    out["stages"] = stage_table(runs.get("stages", []))
+    out["stages@baseline"] = stage_table(runs.get("stages@baseline", []))
     seam, ref = out["contenders"]["seam"], out["contenders"][direct]
     out["ratio_first_token"] = seam["total"]["median"] / ref["total"]["median"]
     out["ratio_wall"] = seam["wall"]["median"] / ref["wall"]["median"]
@@ -454,9 +462,12 @@ def render(report: dict[str, Any]) -> str:
         if len(res["first_tokens"]) != 1:
             lines.append(f"WARNING: the contenders' first tokens differ: {res['first_tokens']}")
         if res["stages"]:
+            before = res.get("stages@baseline") or {}
             lines.append("stages (ms, each stage's own time):")
-            lines.append(format_table(["stage", "ms"], [[k, cell(v, 1000, ".1f")]
-                                                       for k, v in res["stages"].items()]))
+            lines.append(format_table(
+                ["stage", "ms", "baseline ms"],
+                [[k, cell(v, 1000, ".1f"), cell(before.get(k), 1000, ".1f")]
+                 for k, v in res["stages"].items()]))
     return "\n".join(lines)
 
 
