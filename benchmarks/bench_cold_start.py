@@ -299,7 +299,7 @@ def load_average() -> float:
 
 def plain_bundle(artifact: Path, cache: Path) -> Path:
     """A bundle holding only ``artifact`` (hard-linked, else copied), made once."""
-    from eliza_backends.bundle import create_bundle
+    from eliza_backends.manifest import create_bundle
 
     out = cache / artifact.stem
     if not (out / "manifest.json").is_file():

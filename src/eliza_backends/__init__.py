@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # what the names in _LAZY are, for type checkers (tests/test_
     from .backend.session import (
         Session as Session,
     )
-    from .bundle import (
+    from .manifest import (
         BundleManifest as BundleManifest,
         create_bundle as create_bundle,
         load_manifest as load_manifest,
@@ -126,11 +126,11 @@ _LAZY: dict[str, str] = {
     "Factory": "backend.factory",
     "Session": "backend.session",
     "Step": "backend.types",
-    "BundleManifest": "bundle",
-    "create_bundle": "bundle",
-    "load_manifest": "bundle",
-    "verify_bundle": "bundle",
-    "write_manifest": "bundle",
+    "BundleManifest": "manifest",
+    "create_bundle": "manifest",
+    "load_manifest": "manifest",
+    "verify_bundle": "manifest",
+    "write_manifest": "manifest",
     "RenderLimits": "prompt.chat",
     "render_chat": "prompt.chat",
     "chat_completion": "openai.completions",
@@ -183,9 +183,9 @@ def _submodule(name: str) -> ModuleType:
     if name == "backend.model_info":
         from .backend import model_info
         return model_info
-    if name == "bundle":
-        from . import bundle
-        return bundle
+    if name == "manifest":
+        from . import manifest
+        return manifest
     if name == "config":
         from . import config
         return config

@@ -13,10 +13,9 @@ A bundle is a directory::
                                     opened as a standalone draft model
 
 :func:`find_artifacts` is the probe a factory's ``can_serve`` uses: one directory listing, no
-file is opened. The manifest (:mod:`eliza_backends.manifest`: pydantic models, sha256) is checked by
-:func:`verify_bundle` (sizes and sha256) and written by :func:`write_manifest` /
-:func:`create_bundle`; those names are importable from here too, but opening a bundle never
-reads the manifest, so importing this module imports neither pydantic nor hashlib.
+file is opened. The manifest is :mod:`eliza_backends.manifest`'s (pydantic models, sha256:
+``verify_bundle``, ``write_manifest``, ``create_bundle``); opening a bundle never reads it, so
+this module imports neither pydantic nor hashlib.
 
 A single artifact (a ``.gguf`` / ``.litertlm`` / ``.tflite`` file, an MLX folder, an
 ``.mlpackage``) is accepted wherever a bundle is: :class:`ImplicitBundle` stages it as a
@@ -29,44 +28,9 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Final, Literal
 
 from .errors import BundleError
-
-if TYPE_CHECKING:  # defined in .manifest, imported from here on first use (see __getattr__)
-    from .manifest import (
-        MAX_NAME as MAX_NAME,
-    )
-    from .manifest import (
-        ArtifactRecord as ArtifactRecord,
-    )
-    from .manifest import (
-        BundleManifest as BundleManifest,
-    )
-    from .manifest import (
-        FileRecord as FileRecord,
-    )
-    from .manifest import (
-        VerifyProblem as VerifyProblem,
-    )
-    from .manifest import (
-        check_bundle_name as check_bundle_name,
-    )
-    from .manifest import (
-        create_bundle as create_bundle,
-    )
-    from .manifest import (
-        load_manifest as load_manifest,
-    )
-    from .manifest import (
-        scan_artifacts as scan_artifacts,
-    )
-    from .manifest import (
-        verify_bundle as verify_bundle,
-    )
-    from .manifest import (
-        write_manifest as write_manifest,
-    )
 
 MANIFEST_NAME = "manifest.json"
 TEXT_DIR = "text"
@@ -238,42 +202,15 @@ def not_a_bundle(path: Path) -> BundleError:
                        "`eliza-backends bundle create`")
 
 
-#: The names :mod:`eliza_backends.manifest` defines that this module hands out on first use.
-_MANIFEST_NAMES = frozenset({
-    "MAX_NAME", "ArtifactRecord", "BundleManifest", "FileRecord", "VerifyProblem",
-    "check_bundle_name", "create_bundle", "load_manifest", "scan_artifacts", "verify_bundle",
-    "write_manifest"})
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _MANIFEST_NAMES:
-        raise AttributeError(f"module 'eliza_backends.bundle' has no attribute {name!r}")
-    from . import manifest
-
-    value = getattr(manifest, name)
-    globals()[name] = value
-    return value
-
-
 __all__ = [
     "FORMATS",
-    "MAX_NAME",
     "ArtifactFormat",
-    "ArtifactRecord",
-    "BundleManifest",
     "DraftKind",
-    "FileRecord",
     "ImplicitBundle",
     "artifact_format",
-    "check_bundle_name",
-    "create_bundle",
     "find_artifacts",
     "is_bundle_dir",
     "is_sidecar",
-    "load_manifest",
     "not_a_bundle",
-    "scan_artifacts",
     "sidecars_of",
-    "verify_bundle",
-    "write_manifest",
 ]

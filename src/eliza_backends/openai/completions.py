@@ -418,8 +418,8 @@ def request_prompt(request: ChatCompletionRequest | CompletionRequest) -> Prompt
 
 def model_name(bundle_dir: str | os.PathLike[str]) -> str:
     """The id a bundle's model is served under: the manifest's ``name``, else the folder's."""
-    from ..bundle import load_manifest
     from ..errors import BundleError
+    from ..manifest import load_manifest
 
     try:
         name = load_manifest(bundle_dir).name
