@@ -507,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
         targets += [(g.name, plain_bundle(g, cache), ("llama_cpp", str(g)), {}) for g in ggufs]
     if args.mlx:
         targets.append(("tiny MLX", plain_bundle(MLX_FOLDER, cache),
-                        ("mlx_lm", str(MLX_FOLDER)), ""))
+                        ("mlx_lm", str(MLX_FOLDER)), {}))
     report: dict[str, Any] = {"repeat": args.repeat, "threads": args.threads,
                               "baseline": None if args.baseline is None else str(args.baseline),
                               "prompt": PROMPT, "n_ctx": N_CTX, "models": {},
