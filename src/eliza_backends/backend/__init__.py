@@ -15,8 +15,9 @@ What lives here:
 * the building blocks a session is made of, re-exported from the core's other parts:
   the speculative loop and its acceptance rules (:func:`accept_greedy`, :func:`accept_sampled`,
   :class:`ModelDrafter`), the KV cursor, the continuous-batching step scheduler
-  (:class:`StepScheduler`), the sampler, the bundle tokenizers and the capture of
-  a native runtime's stderr.
+  (:class:`StepScheduler`), the sampler, the bundle tokenizers, the capture of
+  a native runtime's stderr, the default thread count (:func:`cpu_count`) and installed
+  distributions' versions (:func:`distribution_version`).
 
 Importing it imports pluggy (and what a session is made of), never a runtime; the tokenizers,
 the step scheduler, the sampler and the stderr capture are imported on first use (PEP 562), so
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..bundle import find_artifacts
 from ..entry_points import distribution_version
+from ..runtime.cpus import cpu_count
 from ..runtime.kv_cursor import KVCursor
 from ..runtime.speculative import (
     Drafter,
@@ -151,6 +153,7 @@ __all__ = [
     "Verify",
     "accept_greedy",
     "accept_sampled",
+    "cpu_count",
     "distribution_version",
     "find_artifacts",
     "find_tokenizer",
