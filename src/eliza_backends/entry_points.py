@@ -17,6 +17,7 @@ the path wins.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -52,8 +53,7 @@ def group_entry_points(group: str, path: Iterable[str] | None = None) -> list[En
     seen: set[str] = set()
     header = f"[{group}]"
     for folder in (sys.path if path is None else path):
-        for info in _info_dirs(folder or "."):
-            key = _dist_key(os.path.basename(info))
+        for key, info in _info_dirs(folder or "."):
             if key in seen:
                 continue
             seen.add(key)
@@ -72,20 +72,33 @@ def distribution_version(name: str, path: Iterable[str] | None = None) -> str | 
     installed or its metadata has no version."""
     wanted = _NORMALIZE.sub("_", name).lower()
     for folder in (sys.path if path is None else path):
-        for info in _info_dirs(folder or "."):
-            if _dist_key(os.path.basename(info)) == wanted:
+        for key, info in _info_dirs(folder or "."):
+            if key == wanted:
                 return _name_and_version(info)[1]
     return None
 
 
-def _info_dirs(folder: str) -> list[str]:
-    """The distribution metadata folders directly inside ``folder``, sorted by name."""
+def _info_dirs(folder: str) -> tuple[tuple[str, str], ...]:
+    """``(normalized distribution name, metadata folder)`` of the distributions directly
+    inside ``folder``, sorted by folder name; the listing is cached per process until the
+    folder's mtime changes (installing or removing a distribution changes it), as
+    ``importlib.metadata`` caches its own."""
+    try:
+        mtime = os.stat(folder).st_mtime_ns
+    except OSError:  # a missing path entry
+        return ()
+    return _listing(folder, mtime)
+
+
+@functools.lru_cache(maxsize=64)
+def _listing(folder: str, mtime_ns: int) -> tuple[tuple[str, str], ...]:
     try:
         with os.scandir(folder) as entries:
-            return sorted(e.path for e in entries if e.name.endswith(_INFO_SUFFIXES)
-                          and e.is_dir())
-    except OSError:  # not a folder (a zip, a missing path entry)
-        return []
+            found = sorted(e.path for e in entries if e.name.endswith(_INFO_SUFFIXES)
+                           and e.is_dir())
+    except OSError:  # not a folder (a zip)
+        return ()
+    return tuple((_dist_key(os.path.basename(path)), path) for path in found)
 
 
 def _dist_key(folder_name: str) -> str:
