@@ -13,7 +13,9 @@ Importing this package, listing backends and selecting one never import a heavy 
 from __future__ import annotations
 
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .lazy import lazy_names
 
 # One import per module, each name re-exported with ``as`` (mypy --strict's explicit re-export).
 # isort: off
@@ -210,17 +212,7 @@ def _submodule(name: str) -> ModuleType:
     return stream
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'eliza_backends' has no attribute {name!r}")
-    value = getattr(_submodule(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names("eliza_backends", _LAZY, _submodule, globals())
 
 
 __version__ = "0.1.0"

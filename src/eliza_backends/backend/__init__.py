@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..bundle import find_artifacts
 from ..entry_points import distribution_version
+from ..lazy import lazy_names
 from ..runtime.cpus import cpu_count
 from ..runtime.kv_cursor import KVCursor
 from ..runtime.speculative import (
@@ -113,17 +114,7 @@ def _module(name: str) -> Any:
     return native_output
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'eliza_backends.backend' has no attribute {name!r}")
-    value = getattr(_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names("eliza_backends.backend", _LAZY, _module, globals())
 
 
 __all__ = [
