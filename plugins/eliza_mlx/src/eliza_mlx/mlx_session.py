@@ -3,8 +3,11 @@
 Prefill runs the prompt through the model into the session's prompt cache
 (``make_prompt_cache``) the way mlx-lm's ``generate_step`` does: every token but the last in
 ``config.batch_size``-token chunks, evaluated one by one with ``cancel()`` checked between them,
-then the last token alone, whose logits give the first sample. Sampling uses mlx-lm's
-``make_sampler`` and logits processors built from the :class:`StreamConfig`.
+then the last token alone, whose logits give the first sample. Greedy decoding without a repeat
+penalty takes the argmax on the device; anything else (temperature, top-k/p, min-p, the repeat
+penalty) is the core's :class:`~eliza_backends.runtime.sampling.Sampler` on the host, the one
+every backend and a batched MLX row use, so a seed gives the same reply whether the session is
+batched or not (mlx's own sampler draws from a process-global generator).
 
 Decoding feeds ahead, as ``generate_step`` pipelines: once a token is sampled (lazily), its
 forward pass and the sampling of the token after it are queued with ``mx.async_eval`` *before*
@@ -33,7 +36,7 @@ from __future__ import annotations
 import os
 import struct
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -46,10 +49,6 @@ from mlx_lm.models.cache import (  # type: ignore[import-not-found,unused-ignore
     make_prompt_cache,
     save_prompt_cache,
 )
-from mlx_lm.sample_utils import (  # type: ignore[import-not-found,unused-ignore]
-    make_logits_processors,
-    make_sampler,
-)
 
 from eliza_backends import (
     BackendRuntimeError,
@@ -61,7 +60,7 @@ from eliza_backends import (
     StreamConfig,
     UnsupportedOperationError,
 )
-from eliza_backends.backend import Drafter, accept_greedy
+from eliza_backends.backend import Drafter, Sampler, accept_greedy
 
 from .mlx_thread import on_mlx_thread
 from .model import COMPUTE_STREAM, LoadedMLX, trim
@@ -102,21 +101,13 @@ class MLXSession(Session):
             raise UnsupportedOperationError(
                 f"{loaded.folder.path.name}: this model's prompt cache cannot be trimmed, so it "
                 "cannot verify drafts (capabilities.drafters is {'none'}); use drafter='none'")
-        self._greedy = config.greedy
-        # mlx-lm refuses top_k >= the vocabulary (ValueError) where keeping every token is
-        # simply no top-k filter, as on the other backends
-        top_k = config.top_k if config.top_k < loaded.info.vocab_size else 0
-        self._sampler: Callable[[Any], Any] = _greedy if config.greedy else make_sampler(
-            temp=config.temperature, top_p=config.top_p, min_p=config.min_p, top_k=top_k)
-        self._processors: list[Callable[[Any, Any], Any]] = []
-        self._last_n = 0
+        self._last_n = 0  # the repeat penalty's window (0: no penalty)
         if config.repeat_penalty != 1.0 and config.repeat_last_n > 0:
-            # a window longer than the context sees the same tokens (and mlx slices with
-            # 32-bit indices: a huge one is a ValueError)
+            # a window longer than the context sees the same tokens
             self._last_n = min(config.repeat_last_n, config.context_size)
-            self._processors = make_logits_processors(
-                repetition_penalty=config.repeat_penalty,
-                repetition_context_size=self._last_n)
+        #: the core sampler (None: greedy without a penalty, the argmax on the device)
+        self._host: Sampler | None = Sampler(config) if not config.greedy or self._last_n \
+            else None
         self._n_kv = 0  # positions in the prompt cache (len(history), or one less: _pending)
         self._pending: int | None = None  # the stream's last token, not fed (nothing follows)
         # (token, logits it was sampled from): prefill already queued the forward pass of the
@@ -139,9 +130,9 @@ class MLXSession(Session):
     # ------------------------------------------------------------------ sampling
 
     def _seed(self) -> None:
-        # mlx's sampling PRNG is process-global: reseeded on open and on every rewind.
-        if not self._greedy:
-            mx.random.seed(self.config.seed)
+        # the sampler's generator starts over from the seed on open and on every rewind
+        if self._host is not None:
+            self._host.reset()
 
     def _tail(self, ids: Sequence[int], lazy: Any = None) -> Any:
         """The recent tokens the repetition penalty looks at (``lazy``: a pending token)."""
@@ -153,19 +144,18 @@ class MLXSession(Session):
         return lazy if tail is None else mx.concatenate([tail, lazy])
 
     def _launch(self, logits: Any, tail: Any) -> None:
-        """Queue the sampling of the next token from ``logits`` (not waited for)."""
+        """The next token from ``logits`` (shape (1, vocab)): the argmax queued on the device
+        (not waited for) when greedy without a penalty, else the core sampler's draw on the
+        host, its repeat penalty over ``tail`` (the recent tokens, :meth:`_tail`)."""
         self._logits = logits
-        if self._processors and tail is not None:
-            for processor in self._processors:
-                logits = processor(tail, logits)
-        if not self._greedy:
-            # in float32: mlx-lm scales the logprobs by 1/temperature, which overflows a
-            # float16 row to -inf (all of it: junk tokens) at temperatures near the greedy
-            # threshold (1e-5: a logprob of -0.7 becomes -7e4, past float16's -65504)
-            logits = logits.astype(mx.float32)
-            logits = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-        self._y = self._sampler(logits)
-        mx.async_eval(self._y)  # type: ignore[no-untyped-call,unused-ignore]
+        host = self._host
+        if host is None:
+            self._y = _greedy(logits)
+            mx.async_eval(self._y)  # type: ignore[no-untyped-call,unused-ignore]
+            return
+        row = np.array(logits[0].astype(mx.float32))
+        recent = [] if tail is None else cast(list[int], tail.tolist())
+        self._y = mx.array([host.sample(row, recent)], dtype=mx.uint32)
 
     # ------------------------------------------------------------------ hooks
 
@@ -203,14 +193,16 @@ class MLXSession(Session):
                     mx.eval(self._logits)
                     self._pending = None
                     return
-                tail = self._tail(history + token_ids) if self._processors else None
+                tail = self._tail(history + token_ids) if self._last_n else None
                 self._launch(out[:, -1, :], tail)
-                if self._trimmable:  # queue the first token's forward pass now, as
-                    y, logits = self._y, self._logits  # generate_step does (undone by
-                    nxt = model(y[None], cache=cache)[:, -1, :]  # _undo_ahead)
+                # queue the first token's forward pass now, as generate_step does (undone by
+                # _undo_ahead; not with the host sampler: an undone draw would shift the
+                # seeded sequence of draws)
+                if self._trimmable and self._host is None:
+                    y, logits = self._y, self._logits
+                    nxt = model(y[None], cache=cache)[:, -1, :]
                     self._n_kv += 1
-                    self._launch(nxt, self._tail(history + token_ids, y)
-                                 if self._processors else None)
+                    self._launch(nxt, None)  # (greedy, no penalty: no tail)
                     self._ahead = (y, logits)
                     mx.eval(y)
                 else:
@@ -250,7 +242,7 @@ class MLXSession(Session):
         out: list[int] = []
         model, cache, cancelled = self._model, self._cache, self._cancel_requested
         stops = self._stop_tokens
-        processors = bool(self._processors)
+        processors = bool(self._last_n)
         # The stream surely ends after this step (budget or context): its last token is not fed
         # ahead, it waits in _pending for a prefill that continues the sequence.
         ends = self._stream_ends_with(max_tokens)
@@ -293,7 +285,7 @@ class MLXSession(Session):
             raise BackendRuntimeError("the MLX prompt cache was lost by an interrupted call; "
                                       "call reset() before decoding again")
         model, cache, stops = self._model, self._cache, self._stop_tokens
-        processors = bool(self._processors)
+        processors = bool(self._last_n)
         out: list[int] = []
         with mx.stream(COMPUTE_STREAM):
             for i in range(max_tokens):
@@ -545,7 +537,7 @@ class MLXSession(Session):
         self._stale = False
         self._seed()
         with mx.stream(COMPUTE_STREAM):
-            self._launch(logits, self._tail(tokens) if self._processors else None)
+            self._launch(logits, self._tail(tokens) if self._last_n else None)
             mx.eval(self._y)
 
     # ------------------------------------------------------------------ teardown
