@@ -107,7 +107,7 @@ def test_a_raising_callback_of_one_sequence_leaves_the_others(callback: str,
         for step in range(3):
             try:
                 results[f"{seq}{step}"] = sched.submit(seq, [step], step, 1, on_done, probe)
-            except BaseException as exc:  # noqa: BLE001 - what the submitter got
+            except BaseException as exc:  # what the submitter got
                 results[f"{seq}{step}"] = exc
 
     threads = [threading.Thread(target=run, args=(s,), daemon=True) for s in "abcd"]

@@ -43,8 +43,8 @@ raises fails alone: its submitter gets the exception, the other shares are untou
 ``decode`` raises, every share in that batch gets the exception (the runtime did not run the
 batch). A share whose ``cancelled`` probe turns true is dropped at the next step boundary
 (it never reaches another decode, even when some of its pieces already did); its submitter
-gets :class:`~eliza_backends.errors.CancelledError`. The backend undoes what the dropped share's pieces wrote (it knows
-``start``).
+gets :class:`~eliza_backends.errors.CancelledError`. The backend undoes what the dropped
+share's pieces wrote (it knows ``start``).
 
 **Native calls outside steps.** Everything else a backend does to the shared runtime context
 (dropping a sequence's positions, copying a prefix, saving its state) must not run while a step

@@ -219,7 +219,7 @@ class LlamaCppSession(Session):
         penalty = self._penalty
         if penalty is not None:
             seq, n = self._sequence, self.config.repeat_last_n
-            row[:] = penalty.penalize(row, [*seq[max(0, len(seq) - n):], *self._extra])
+            penalty.penalize(row, [*seq[max(0, len(seq) - n):], *self._extra], in_place=True)
 
     def _pick_saved(self, row: np.ndarray) -> int:
         """:meth:`_pick` on a saved logits row."""
