@@ -352,14 +352,14 @@ class MLXSession(Session):
         self._logits = self._y = None
         return ahead
 
-    def _verify(self, _seq: Sequence[int], drafts: list[int]) -> tuple[list[int], int]:
+    def _verify(self, seq: Sequence[int], drafts: list[int]) -> tuple[list[int], int]:
         r = self._round
         start, pending = self._n_kv, self._pending
         try:
             with mx.stream(COMPUTE_STREAM):
-                targets, last = self._forward_drafts(drafts, r.ahead)
+                targets, last = self._forward_drafts(seq, drafts, r.ahead)
                 if not drafts:
-                    tok = self._feed_ahead(targets[-1:], r)
+                    tok = self._feed_ahead(seq, targets[-1:], r)
                     r.made += 1
                     return [tok], 0
                 verdict = cast(list[int], targets.tolist())
@@ -383,32 +383,50 @@ class MLXSession(Session):
         r.made += len(produced)
         return produced, n_ok
 
-    def _forward_drafts(self, drafts: list[int], ahead: Any) -> tuple[Any, int]:
+    def _forward_drafts(self, seq: Sequence[int], drafts: list[int], ahead: Any
+                        ) -> tuple[Any, int]:
         """The target's token at every position of the round (lazy) and the cache position of
         the sequence's last token: one model call over ``[pending, *drafts]``, or over
-        ``drafts`` with ``ahead`` as d1's target when the last token is already fed."""
+        ``drafts`` with ``ahead`` as d1's target when the last token is already fed.
+        ``seq``: the sequence so far (its last token is the pending or fed one)."""
         model, cache, start = self._model, self._cache, self._n_kv
         if ahead is None:  # feed the pending token (with the drafts, if any)
             logits = model(mx.array([self._pending, *drafts], dtype=mx.uint32)[None],
                            cache=cache)
             self._n_kv += 1 + len(drafts)
             self._pending = None
-            return _greedy(logits[0]), start
+            return self._targets(logits[0], seq, drafts), start
         if not drafts:
             return ahead, start - 1
         logits = model(mx.array(drafts, dtype=mx.uint32)[None], cache=cache)
         self._n_kv += len(drafts)
-        return mx.concatenate([ahead, _greedy(logits[0])]), start - 1
+        targets = self._targets(logits[0], [*seq, drafts[0]], drafts[1:])
+        return mx.concatenate([ahead, targets]), start - 1
 
-    def _feed_ahead(self, y: Any, r: _Round) -> int:
+    def _targets(self, logits: Any, before: Sequence[int], inputs: Sequence[int]) -> Any:
+        """The greedy token after each row of ``logits`` (shape (n, vocab)): the argmax on
+        the device, or with a repeat penalty the core sampler's pick on the host, row ``i``'s
+        window ending with ``before + inputs[:i]`` (as the plain path would see it)."""
+        host = self._host
+        if host is None:
+            return _greedy(logits)
+        rows = np.array(logits.astype(mx.float32))
+        recent = list(before[max(0, len(before) - self._last_n):]) if self._last_n else []
+        return mx.array([host.sample(rows[i], recent + list(inputs[:i]))
+                         for i in range(rows.shape[0])], dtype=mx.uint32)
+
+    def _feed_ahead(self, seq: Sequence[int], y: Any, r: _Round) -> int:
         """One token decoded the way the plain path does: its forward pass queued before
-        waiting for its value (unless it is the stream's last: then it pends)."""
+        waiting for its value (unless it is the stream's last: then it pends). ``seq``: the
+        sequence before ``y``."""
         if r.ends and r.made + 1 == r.max_tokens:
             r.ahead = None
             tok: int = y.item()
             self._pending = tok
         else:
-            r.ahead = _greedy(self._model(y[None], cache=self._cache)[:, -1, :])
+            logits = self._model(y[None], cache=self._cache)[:, -1, :]
+            r.ahead = _greedy(logits) if self._host is None else \
+                self._targets(logits, [*seq, y.item()], ())
             self._n_kv += 1
             mx.async_eval(r.ahead)  # type: ignore[no-untyped-call,unused-ignore]
             tok = y.item()
