@@ -47,14 +47,16 @@ def _module_level(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]
             yield from _module_level(node.body)
 
 
-def _everywhere(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Every import statement, in functions too, except under ``if TYPE_CHECKING:``."""
+def _everywhere(body: list[ast.stmt], type_only: bool = False
+                ) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement, in functions too, except under ``if TYPE_CHECKING:`` (unless
+    ``type_only``)."""
     todo: list[ast.AST] = list(body)
     while todo:
         node = todo.pop()
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
-        elif isinstance(node, ast.If) and _is_type_checking(node.test):
+        elif isinstance(node, ast.If) and _is_type_checking(node.test) and not type_only:
             todo.extend(node.orelse)
         else:
             todo.extend(ast.iter_child_nodes(node))
@@ -65,13 +67,14 @@ def _with_parents(name: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
 
 
-def imports(name: str, path: Path, known: Mapping[str, Path], *, lazy: bool = False
-            ) -> set[str]:
+def imports(name: str, path: Path, known: Mapping[str, Path], *, lazy: bool = False,
+            type_only: bool = False) -> set[str]:
     """The modules of ``known`` that importing ``name`` (the file ``path``) imports at once.
 
     The packages ``name`` is inside are being imported already when it runs; they are edges
     only when ``name`` takes a name defined in one (``from . import X``, X not a module).
-    ``lazy``: the imports inside functions count too (what the module depends on at all)."""
+    ``lazy``: the imports inside functions count too (what the module depends on at all);
+    ``type_only`` (with ``lazy``): those under ``if TYPE_CHECKING:`` too."""
     is_package = path.name == "__init__.py"
     package = name if is_package else name.rpartition(".")[0]
     ancestors = set(_with_parents(name))
@@ -81,7 +84,7 @@ def imports(name: str, path: Path, known: Mapping[str, Path], *, lazy: bool = Fa
         found.update(m for m in _with_parents(target) if m in known and m not in ancestors)
 
     body = ast.parse(path.read_text(encoding="utf-8")).body
-    for node in (_everywhere(body) if lazy else _module_level(body)):
+    for node in (_everywhere(body, type_only) if lazy else _module_level(body)):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 add(alias.name)
@@ -102,11 +105,14 @@ def imports(name: str, path: Path, known: Mapping[str, Path], *, lazy: bool = Fa
     return found
 
 
-def graph(src: Path, package: str, *, lazy: bool = False) -> dict[str, set[str]]:
+def graph(src: Path, package: str, *, lazy: bool = False, type_only: bool = False
+          ) -> dict[str, set[str]]:
     """Module -> the modules it imports at module level (within ``package`` only); with
-    ``lazy``, the imports inside functions too."""
+    ``lazy``, the imports inside functions too; with ``type_only`` as well, those under
+    ``if TYPE_CHECKING:``."""
     known = modules(src, package)
-    return {name: imports(name, path, known, lazy=lazy) for name, path in known.items()}
+    return {name: imports(name, path, known, lazy=lazy, type_only=type_only)
+            for name, path in known.items()}
 
 
 def cycles(edges: Mapping[str, set[str]]) -> list[list[str]]:

@@ -18,7 +18,7 @@ import pytest
 from eliza_backends import BundleError, InvalidArgumentError, create_bundle, verify_bundle
 from eliza_backends.convert import MissingToolError, parse_plan
 from eliza_backends.convert.gguf_source import TokenizerFacts
-from eliza_backends.convert.hf_checkpoint import _unpermute, permute_rotary
+from eliza_backends.convert.hf_checkpoint import permute_rotary, unpermute_rotary
 from eliza_backends.convert.stages import StageRunner
 from eliza_backends.convert.tokenizer_build import (
     hf_tokenizer_json,
@@ -66,7 +66,7 @@ def test_cli_convert_refuses_a_non_gguf_source(tmp_path: Path) -> None:
 
 def test_unpermute_inverts_llama_cpp_rotary_layout() -> None:
     w = np.arange(8 * 64 * 5, dtype=np.float32).reshape(8 * 64, 5)
-    assert np.array_equal(_unpermute(permute_rotary(w, 8), 8), w)
+    assert np.array_equal(unpermute_rotary(permute_rotary(w, 8), 8), w)
     assert not np.array_equal(permute_rotary(w, 8), w)
 
 
@@ -300,7 +300,7 @@ def test_a_gemma4_folder_is_read_as_its_text_model() -> None:
 
 
 def test_a_conditional_generation_config_gives_its_text_model() -> None:
-    from eliza_backends.convert.gemma4 import text_config, text_tensor_name
+    from eliza_backends.convert.families.gemma4 import text_config, text_tensor_name
 
     text = json.loads((GEMMA4_TARGET / "config.json").read_text())
     nested = {"model_type": "gemma4", "architectures": ["Gemma4ForConditionalGeneration"],
@@ -317,7 +317,7 @@ def test_a_conditional_generation_config_gives_its_text_model() -> None:
 
 def test_a_gemma4_assistant_is_refused_as_a_source_and_checked_as_a_draft(tmp_path: Path
                                                                           ) -> None:
-    from eliza_backends.convert.gemma4 import check_assistant
+    from eliza_backends.convert.families.gemma4 import check_assistant
     from eliza_backends.convert.hf_source import HFSource
 
     facts = HFSource(GEMMA4_TARGET).facts()
@@ -345,14 +345,34 @@ def test_gemma4_requests_are_checked_before_any_work(tmp_path: Path,
     """No llama.cpp converter script: the error says where it comes from; a draft for a GGUF
     source."""
     from eliza_backends.convert import convert, toolchain
-    from eliza_backends.convert.pipeline import _gemma4_request
+    from eliza_backends.convert.pipeline import _llama_cpp_request
 
     monkeypatch.delenv("ELIZA_LLAMA_CPP_CONVERTER", raising=False)
     monkeypatch.setattr(sys, "prefix", str(tmp_path))
     with pytest.raises(MissingToolError, match=r"convert_hf_to_gguf\.py"):
-        _gemma4_request(parse_plan("gguf"))
+        _llama_cpp_request(parse_plan("gguf"))
     assert not toolchain.can_make("hf-llama-cpp")
     gguf = Path(__file__).resolve().parent.parent / "examples" / "bundles" / "gemma4-tiny" / \
         "text" / "gemma4-tiny-f32.gguf"
     with pytest.raises(InvalidArgumentError, match="--draft goes with a Hugging Face folder"):
         convert(gguf, tmp_path / "b", parse_plan("gguf"), draft=GEMMA4_TARGET, log=None)
+
+
+def test_every_model_type_and_architecture_has_one_family(tmp_path: Path) -> None:
+    """The families table: one family per model_type and per architecture, each found by
+    both; a model_type no family converts is refused with the ones that do and the hint of
+    the family that recognises it."""
+    from eliza_backends.convert import families
+
+    types = [t for f in families.FAMILIES for t in f.model_types]
+    archs = [f.architecture for f in families.FAMILIES]
+    assert len(types) == len(set(types)) and len(archs) == len(set(archs))
+    for family in families.FAMILIES:
+        assert families.for_architecture(family.architecture) is family
+        for model_type in family.model_types:
+            assert families.for_model_type(model_type, tmp_path) is family
+    assert families.gguf_architectures() == ("llama", "gemma3")
+    with pytest.raises(BundleError, match=r"'gemma3' is not one .*gemma4_text.*multimodal"):
+        families.for_model_type("gemma3", tmp_path)
+    with pytest.raises(BundleError, match="'mistral' is not one the converter maps"):
+        families.for_model_type("mistral", tmp_path)

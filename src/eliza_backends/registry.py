@@ -168,6 +168,11 @@ class Registry:
                 if not isinstance(getattr(item, "name", None), str) or not item.name:
                     problems.append(PluginProblem(name, dist, f"{item!r} has no name"))
                     continue
+                if not _logger_names(item.native_loggers):
+                    problems.append(PluginProblem(
+                        name, dist, f"backend {item.name!r} declares native_loggers = "
+                        f"{item.native_loggers!r}: give a tuple of logger names"))
+                    continue
                 keys = {n.lower() for n in item.names()}
                 clash = sorted(k for k in keys if k in seen)
                 if clash:
@@ -217,6 +222,12 @@ class Registry:
                 rank_reason=e.factory.rank_reason(), formats=tuple(e.factory.formats),
                 pip_extra=e.factory.pip_extra, detail=avail.detail))
         return rows
+
+
+def _logger_names(value: object) -> bool:
+    """Whether ``value`` is a valid ``Factory.native_loggers``: a tuple or list of non-empty
+    logger names."""
+    return isinstance(value, (tuple, list)) and all(isinstance(n, str) and n for n in value)
 
 
 def safe_available(factory: Factory) -> Availability:

@@ -49,6 +49,11 @@ class Factory(ABC):
     pip_extra: ClassVar[str | None] = None
     #: Pydantic model of this backend's ``StreamConfig.options[name]``; None = takes none.
     options_model: ClassVar[type[BaseModel] | None] = None
+    #: Names of the :mod:`logging` loggers the runtime's native output goes to (e.g.
+    #: ``("eliza_llamacpp.native",)``). The ``eliza-backends`` command line sets them to ERROR,
+    #: or to its own level with ``-v`` / ``-vv``; declaring them costs nothing (a class
+    #: attribute, read from the factory the registry builds, no runtime imported).
+    native_loggers: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def available(self) -> Availability:

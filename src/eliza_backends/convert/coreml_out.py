@@ -11,9 +11,10 @@ session truncates its sequence by narrowing the mask. Gemma's sliding-window lay
 more than ``sliding_window`` positions back themselves.
 
 coremltools cannot trace transformers' own modules (mask code with ``aten::diff``, cache
-classes), so the network is rewritten here in plain torch ops (:func:`plain_module`) for llama
-and Gemma 3, and in :mod:`.coreml_gemma4` for Gemma 4 (whose cache holds only the layers that
-compute keys, padded to the largest head size: see there). What Linux can check,
+classes), so the network is rewritten in plain torch ops: here (:func:`plain_module`) for llama
+and Gemma 3, in :mod:`.coreml_gemma4` for Gemma 4 (whose cache holds only the layers that
+compute keys, padded to the largest head size: see there); each family names its rewrite
+(:mod:`.families`) and :func:`convert_coreml` is given it. What Linux can check,
 :func:`convert_coreml` checks before and after converting: the traced module, run step by
 step through its own KV state, gives transformers' float32 logits (prefill and decode, past
 the sliding window for Gemma); the saved package's spec loads and has exactly the inputs,
@@ -22,11 +23,12 @@ states and output the session expects.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..errors import BundleError
-from .gguf_source import ModelFacts
+from .facts import ModelFacts
 
 #: names the Core ML session's stateful layout reads (eliza_mlx.coreml_session.Layout)
 IDS, MASK, KEYS, VALUES, LOGITS = "inputIds", "causalMask", "keyCache", "valueCache", "logits"
@@ -35,18 +37,19 @@ TOLERANCE = 2e-3
 
 
 def plain_module(hf_model: Any, facts: ModelFacts, max_len: int,
-                 cache_dtype: str = "float16") -> Any:
+                 cache_dtype: str = "float16", *, gemma: bool = False) -> Any:
     """The stateful plain-torch rewrite of ``hf_model`` (a transformers float32 model of
     ``facts``): ``forward(inputIds, causalMask) -> logits``, KV in the buffers
     ``keyCache`` / ``valueCache`` of ``max_len`` positions, stored as ``cache_dtype``
-    (float16: what Core ML states hold; float32: to check the rewrite exactly)."""
+    (float16: what Core ML states hold; float32: to check the rewrite exactly). ``gemma``:
+    Gemma 3's block (embeddings scaled, ``1 + w`` norms, q/k norms, sandwich norms,
+    tanh-GELU), else llama's."""
     import torch
 
     store = getattr(torch, cache_dtype)
     c = facts
     rep = c.num_heads // c.num_kv_heads
     half = c.head_dim // 2
-    gemma = c.architecture == "gemma3"
     kinds = c.layer_types() or ["full_attention"] * c.num_layers
     window = c.sliding_window or max_len
 
@@ -232,9 +235,12 @@ def check_spec(path: Path, facts: ModelFacts, max_len: int,
 
 
 def convert_coreml(hf_dir: Path, facts: ModelFacts, out: Path, precision: str,
-                   max_len: int) -> dict[str, Any]:
+                   max_len: int, rewrite: Callable[[Any, ModelFacts, int, str], Any]
+                   ) -> dict[str, Any]:
     """Write the ``.mlpackage`` at ``out`` (``precision`` fp32 or fp16) and return the checks'
-    findings (:func:`check_against_transformers`, :func:`check_spec`)."""
+    findings (:func:`check_against_transformers`, :func:`check_spec`). ``rewrite(hf_model,
+    facts, max_len, cache_dtype)``: the family's stateful plain-torch module (its
+    ``coreml_module``)."""
     import coremltools as ct
     import numpy as np
     import torch
@@ -251,7 +257,6 @@ def convert_coreml(hf_dir: Path, facts: ModelFacts, out: Path, precision: str,
     span = (facts.sliding_window or 0) + 40
     chunks = [min(max(span - 3, 16), max_len - 8), 1, 1, 1] if facts.sliding_window else \
         [24, 1, 1, 1]
-    rewrite = _rewrite(facts)
     with torch.no_grad():
         exact = torch.jit.trace(rewrite(model, facts, max_len, "float32"), example,
                                 check_trace=False)
@@ -277,17 +282,6 @@ def convert_coreml(hf_dir: Path, facts: ModelFacts, out: Path, precision: str,
     mlmodel.save(str(out))
     return {"traced_vs_transformers": checked,
             "spec": check_spec(out, facts, max_len, state_shape)}
-
-
-def _rewrite(facts: ModelFacts) -> Any:
-    """The plain-torch rewrite for ``facts``' architecture: ``(hf_model, facts, max_len,
-    cache_dtype) -> module``."""
-    if facts.architecture != "gemma4":
-        return plain_module
-    from . import coreml_gemma4
-
-    return lambda model, _facts, max_len, dtype: coreml_gemma4.plain_module(model, max_len,
-                                                                            dtype)
 
 
 __all__ = ["IDS", "KEYS", "LOGITS", "MASK", "TOLERANCE", "VALUES", "causal_mask",

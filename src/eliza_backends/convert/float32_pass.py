@@ -16,16 +16,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .gguf_source import GGUFSource, ModelFacts
+from .facts import ModelFacts
+from .families import for_architecture
+from .gguf_source import GGUFSource
 from .gguf_writer import GGUFHParams, GGUFVocab, rewrite_gguf, write_gguf
-from .hf_checkpoint import (
-    config_dict,
-    generation_config_dict,
-    to_gguf_tensor,
-    to_hf_tensor,
-    write_json,
-)
-from .hf_source import HFSource
+from .hf_checkpoint import generation_config_dict, write_json
+from .hf_folder import HFFolder
 from .tokenizer_build import hf_tokenizer_json, sentencepiece_model, tokenizer_config
 
 #: tokenizer files of a source folder kept as they are
@@ -42,10 +38,11 @@ def write_hf_and_f32_gguf(source: GGUFSource, facts: ModelFacts, hf_dir: Path,
 
     hf_dir.mkdir(parents=True, exist_ok=True)
     state: dict[str, Any] = {}
+    family = for_architecture(facts.architecture)
 
     def tensors() -> Iterator[tuple[str, Any]]:
         for name, array in source.tensors():
-            key, hf_array = to_hf_tensor(facts, name, array)
+            key, hf_array = family.to_hf_tensor(facts, name, array)
             state[key] = hf_array
             yield name, array
 
@@ -55,7 +52,7 @@ def write_hf_and_f32_gguf(source: GGUFSource, facts: ModelFacts, hf_dir: Path,
     write_hf_metadata(facts, hf_dir)
 
 
-def write_f32_from_hf(source: HFSource, facts: ModelFacts, hf_dir: Path,
+def write_f32_from_hf(source: HFFolder, facts: ModelFacts, hf_dir: Path,
                       gguf_path: Path) -> None:
     """Write the float32 ``model.safetensors`` and tokenizer files of ``hf_dir`` and the
     float32 GGUF at ``gguf_path`` from ``source`` (``config.json`` / ``generation_config.json``
@@ -67,11 +64,12 @@ def write_f32_from_hf(source: HFSource, facts: ModelFacts, hf_dir: Path,
 
     hf_dir.mkdir(parents=True, exist_ok=True)
     state: dict[str, Any] = {}
+    family = for_architecture(facts.architecture)
 
     def tensors() -> Iterator[tuple[str, Any]]:
         for key, array in source.tensors():
             state[key] = array
-            yield to_gguf_tensor(facts, key, array)
+            yield family.to_gguf_tensor(facts, key, array)
 
     write_gguf(gguf_path, gguf_hparams(facts), gguf_vocab(facts), tensors(),
                gguf.LlamaFileType.ALL_F32)
@@ -90,7 +88,8 @@ def gguf_hparams(facts: ModelFacts) -> GGUFHParams:
         hidden=facts.hidden_size, layers=facts.num_layers, ffn=facts.intermediate_size,
         heads=facts.num_heads, kv_heads=facts.num_kv_heads, head_dim=facts.head_dim,
         rms_eps=facts.rms_norm_eps, vocab_size=facts.vocab_size, rope_theta=facts.rope_theta,
-        architecture=facts.architecture, sliding_window=facts.sliding_window)
+        architecture=facts.architecture, sliding_window=facts.sliding_window,
+        rope_dimension_count=for_architecture(facts.architecture).gguf_rope_dimension_count)
 
 
 def gguf_vocab(facts: ModelFacts) -> GGUFVocab:
@@ -106,7 +105,7 @@ def gguf_vocab(facts: ModelFacts) -> GGUFVocab:
 
 def write_hf_config(facts: ModelFacts, hf_dir: Path) -> None:
     """``config.json`` (every field explicit) and ``generation_config.json`` of ``facts``."""
-    write_json(hf_dir / "config.json", config_dict(facts))
+    write_json(hf_dir / "config.json", for_architecture(facts.architecture).hf_config(facts))
     write_json(hf_dir / "generation_config.json", generation_config_dict(facts))
 
 

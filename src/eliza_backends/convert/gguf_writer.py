@@ -44,6 +44,7 @@ class GGUFHParams:
     rope_theta: float | None = None  # None: llama.cpp's default
     architecture: str = "llama"
     sliding_window: int | None = None  # gemma3
+    rope_dimension_count: bool = True  # whether ``rope.dimension_count`` (= head_dim) is written
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ def write_gguf(path: Path, hp: GGUFHParams, vocab: GGUFVocab,
         w.add_head_count_kv(hp.kv_heads)
         w.add_key_length(hp.head_dim)
         w.add_value_length(hp.head_dim)
-        if hp.architecture == "llama":
+        if hp.rope_dimension_count:
             w.add_rope_dimension_count(hp.head_dim)
         if hp.rope_theta is not None:
             w.add_rope_freq_base(hp.rope_theta)

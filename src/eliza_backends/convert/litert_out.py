@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import BackendRuntimeError
-from .gguf_source import ModelFacts
+from .facts import ModelFacts
 
 #: litert-torch 0.10 imports tensorflow.lite.python.schema_py_generated although TensorFlow is
 #: not a dependency; the export subprocess gets this one-line module on its PYTHONPATH.
@@ -62,8 +62,11 @@ def export_tflite(python: str, hf_dir: Path, out_dir: Path, *, precision: str,
     return tflite
 
 
-def llm_metadata(facts: ModelFacts, cache_length: int) -> bytes:
-    """The serialized LlmMetadata proto for ``facts``."""
+def llm_metadata(facts: ModelFacts, cache_length: int,
+                 model_type: str = "generic_model") -> bytes:
+    """The serialized LlmMetadata proto for ``facts``; ``model_type``: the ``LlmModelType``
+    field that is set (the family's ``litert_model_type``: ``gemma4`` files say so, for the
+    engine's Gemma 4 handling; the others are ``generic_model``)."""
     from litert_lm_builder.runtime.proto import (
         llm_metadata_pb2,
         llm_model_type_pb2,
@@ -81,23 +84,23 @@ def llm_metadata(facts: ModelFacts, cache_length: int) -> bytes:
     md.sampler_params.type = sampler_params_pb2.SamplerParameters.GREEDY
     md.sampler_params.k = 1
     md.max_num_tokens = cache_length
-    # Gemma 4 files say so (the engine's Gemma 4 handling); the others are generic
-    kind = llm_model_type_pb2.LlmModelType(gemma4=llm_model_type_pb2.Gemma4()) \
-        if facts.architecture == "gemma4" else \
-        llm_model_type_pb2.LlmModelType(generic_model=llm_model_type_pb2.GenericModel())
+    kind = llm_model_type_pb2.LlmModelType()
+    getattr(kind, model_type).SetInParent()
     md.llm_model_type.CopyFrom(kind)
     return bytes(md.SerializeToString(deterministic=True))
 
 
 def package_litertlm(tflite: Path, out: Path, facts: ModelFacts, *, cache_length: int,
-                     hf_tokenizer: Path | None = None, sp_model: Path | None = None) -> None:
-    """Write the ``.litertlm`` at ``out``: metadata, one tokenizer section, the model."""
+                     hf_tokenizer: Path | None = None, sp_model: Path | None = None,
+                     model_type: str = "generic_model") -> None:
+    """Write the ``.litertlm`` at ``out``: metadata (``model_type``: see
+    :func:`llm_metadata`), one tokenizer section, the model."""
     from litert_lm_builder import litertlm_builder as lb
 
     if (hf_tokenizer is None) == (sp_model is None):
         raise ValueError("give exactly one of hf_tokenizer / sp_model")
     meta_path = out.with_suffix(".llm_metadata.pb")
-    meta_path.write_bytes(llm_metadata(facts, cache_length))
+    meta_path.write_bytes(llm_metadata(facts, cache_length, model_type))
     builder = lb.LitertLmFileBuilder()
     builder.add_system_metadata(lb.Metadata(key="Authors", value="eliza-backends bundle convert",
                                             dtype=lb.DType.STRING))

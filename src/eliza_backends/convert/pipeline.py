@@ -6,9 +6,9 @@ Stages (each cached by content hash under the work directory, see :mod:`.stages`
    checkpoint and a float32 GGUF with the same weights. From a GGUF: dequantized, the GGUF
    keeps the source's metadata, the tokenizer is rebuilt from the GGUF vocabulary; from a
    Hugging Face folder: widened, the GGUF header written from its config and tokenizer
-   (:mod:`.hf_source`, :mod:`.gguf_writer`); from a Gemma 4 folder: the text model as a
-   float32 ``Gemma4ForCausalLM`` folder (:mod:`.gemma4`) and the GGUF by llama.cpp's own
-   ``convert_hf_to_gguf.py`` (:mod:`.llamacpp_convert`). Either way every tokenizer file must
+   (:mod:`.hf_source`, :mod:`.gguf_writer`); from the folder of a family whose GGUF llama.cpp
+   writes (Gemma 4): the family's float32 folder (its text model) and the GGUF by llama.cpp's
+   own ``convert_hf_to_gguf.py`` (:mod:`.llamacpp_convert`). Either way every tokenizer file must
    tokenize tricky strings exactly as llama.cpp does on that GGUF (:mod:`.tokenizer_check`);
    ``mtp-f32`` (``draft=``) — a Gemma 4 target's ``gemma4_assistant``, by the same script, under
    ``text/draft/mtp/``;
@@ -21,7 +21,9 @@ Stages (each cached by content hash under the work directory, see :mod:`.stages`
    float32 reference: ``parity.json``.
 
 The bundle (``OUT/text/...`` + ``manifest.json``) gets copies (hard links where possible) of
-the stage outputs. Heavy tools are imported inside the stages only.
+the stage outputs. Heavy tools are imported inside the stages only. What differs between
+model families (facts, float32 folder, MLX expectations, LiteRT source and flags, Core ML
+module, drafts) each stage asks the source's family (:mod:`.families`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -41,71 +43,24 @@ from ..bundle import TEXT_DIR, write_manifest
 from ..errors import BackendRuntimeError, InvalidArgumentError
 from ..hashing import cache_dir, sha256_file
 from . import toolchain
+from .families import ModelFamily, for_architecture
+from .llamacpp_convert import confirmed, llamacpp_token_facts
+from .plan import (
+    DEFAULT_PRECISION,
+    FORMAT_NAMES,
+    FORMAT_TOOLS,
+    PRECISIONS,
+    ConvertPlan,
+    host_formats,
+    parse_plan,
+)
 from .stages import StageRunner, content_key
-
-FORMAT_NAMES = ("gguf", "mlx", "litert", "coreml")
-PRECISIONS: dict[str, tuple[str, ...]] = {
-    "gguf": ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_k"),
-    "mlx": ("f32", "f16", "bf16", "q8", "q4"),
-    "litert": ("fp32", "int8"),
-    "coreml": ("fp32", "fp16"),
-}
-DEFAULT_PRECISION = {"gguf": "f32", "mlx": "f32", "litert": "fp32", "coreml": "fp32"}
-#: format -> the toolchain.NEEDS key that must be installed to make it
-_TOOLS = {"gguf": "gguf", "mlx": "mlx", "litert": "litert", "coreml": "coreml"}
 
 
 def default_cache_dir() -> Path:
     """``$ELIZA_CACHE_DIR`` or ``$XDG_CACHE_HOME/eliza-backends`` (``~/.cache/...``): the one
     cache root of :func:`eliza_backends.hashing.cache_dir`."""
     return cache_dir()
-
-
-@dataclass(frozen=True)
-class ConvertPlan:
-    """What to make: formats with their precisions, LiteRT shapes, verification."""
-
-    formats: dict[str, tuple[str, ...]]
-    prefill_lengths: tuple[int, ...] = (128,)
-    cache_length: int = 1024
-    litert_tokenizer: str = "auto"  # auto | hf | sp
-    verify: bool = False
-    name: str | None = None
-    threads: int | None = None
-    keep_source_gguf: bool = True
-
-
-def host_formats() -> list[str]:
-    """The formats whose tools are installed here, in :data:`FORMAT_NAMES` order."""
-    return [f for f in FORMAT_NAMES if toolchain.can_make(_TOOLS[f])]
-
-
-def parse_plan(formats: str | None, precision: Sequence[str] = (), **kw: Any) -> ConvertPlan:
-    """Build a :class:`ConvertPlan` from CLI-style text: ``formats="gguf,mlx"``,
-    ``precision=["gguf=f32,q8_0", "mlx=q4"]`` (a bare value applies to every format that
-    accepts it). :class:`InvalidArgumentError` for unknown names."""
-    names = [f.strip() for f in formats.split(",") if f.strip()] if formats else host_formats()
-    for n in names:
-        if n not in FORMAT_NAMES:
-            raise InvalidArgumentError(f"unknown format {n!r}; choose from "
-                                       f"{', '.join(FORMAT_NAMES)}")
-    chosen: dict[str, list[str]] = {}
-    for item in precision:
-        fmt, eq, values = item.partition("=")
-        targets = [fmt] if eq else [n for n in names if item in PRECISIONS[n]]
-        vals = values.split(",") if eq else [item]
-        if eq and fmt not in FORMAT_NAMES:
-            raise InvalidArgumentError(f"--precision {item!r}: unknown format {fmt!r}")
-        if not targets:
-            raise InvalidArgumentError(f"--precision {item!r} fits none of {names}")
-        for t in targets:
-            for v in vals:
-                if v not in PRECISIONS[t]:
-                    raise InvalidArgumentError(
-                        f"--precision {t}={v}: {t} takes {', '.join(PRECISIONS[t])}")
-                chosen.setdefault(t, []).append(v)
-    plan = {n: tuple(dict.fromkeys(chosen.get(n) or [DEFAULT_PRECISION[n]])) for n in names}
-    return ConvertPlan(formats=plan, **kw)
 
 
 def _slug(text: str) -> str:
@@ -130,40 +85,6 @@ def _link_or_copy(src: str, dest: str) -> None:
         os.link(src, dest)
     except OSError:
         shutil.copy2(src, dest)
-
-
-def _quiet(level: int, text: bytes, user: object) -> None:
-    """llama.cpp log callback that drops everything (the converter prints its own lines)."""
-
-
-_QUIET: Any = None
-
-
-def llamacpp_token_facts(gguf_path: Path) -> tuple[tuple[int, ...], bool]:
-    """(every end-of-generation id, eos first; whether BOS is added) as llama.cpp sees them."""
-    import ctypes
-
-    import llama_cpp as lc
-
-    global _QUIET
-    if _QUIET is None:
-        _QUIET = lc.llama_log_callback(_quiet)
-    lc.llama_log_set(_QUIET, ctypes.c_void_p(0))
-    lc.llama_backend_init()
-    params = lc.llama_model_default_params()
-    params.vocab_only = True
-    model = lc.llama_model_load_from_file(str(gguf_path).encode(), params)
-    if not model:
-        raise InvalidArgumentError(f"llama.cpp cannot read {gguf_path}")
-    try:
-        vocab = lc.llama_model_get_vocab(model)
-        n = lc.llama_vocab_n_tokens(vocab)
-        eos = lc.llama_vocab_eos(vocab)
-        eog = [t for t in range(n) if lc.llama_vocab_is_eog(vocab, t)]
-        ordered = ([eos] if eos in eog else []) + [t for t in eog if t != eos]
-        return tuple(ordered), bool(lc.llama_vocab_get_add_bos(vocab))
-    finally:
-        lc.llama_model_free(model)
 
 
 def convert(src: str | os.PathLike[str], out: str | os.PathLike[str], plan: ConvertPlan, *,
@@ -213,7 +134,7 @@ def _check_request(source: Path, plan: ConvertPlan) -> bool:
         raise InvalidArgumentError(f"{source} is not a .gguf file or a Hugging Face folder")
     toolchain.require("hf")
     for fmt in plan.formats:
-        toolchain.require(_TOOLS[fmt])
+        toolchain.require(FORMAT_TOOLS[fmt])
     if plan.verify:
         toolchain.require("verify")
     return from_hf
@@ -264,6 +185,7 @@ class _Job:
     runner: StageRunner
     versions: dict[str, Any]
     facts: Any
+    family: ModelFamily
     hf: Any  # the ``hf`` stage's record
     tokenizer_check: dict[str, Any]
     artifacts: list[dict[str, Any]] = field(default_factory=list)
@@ -297,21 +219,24 @@ def _float32_stage(source: Path, from_hf: bool, root: Path, plan: ConvertPlan,
     """Hash and read the source, run the ``hf`` stage (float32 checkpoint + GGUF, tokenizers
     checked) and lay out ``root/text``."""
     versions = toolchain.versions()
-    code = toolchain.code_hash("gguf_source", "hf_source", "hf_checkpoint", "tokenizer_build",
-                               "float32_pass", "gguf_writer", "tokenizer_check")
+    code = toolchain.code_hash("facts", "gguf_source", "hf_folder", "hf_source", "hf_checkpoint",
+                               "tokenizer_build", "float32_pass", "gguf_writer", "tokenizer_check",
+                               "families/__init__", "families/base")
     llama_cpp_script: Path | None = None
     if from_hf:
         from .hf_source import HFSource
 
         hsrc = HFSource(source)
+        family = hsrc.family
         src_bytes = hsrc.size()
         runner.say(f"source {source} (Hugging Face folder, {src_bytes / 1e6:.1f} MB): hashing")
         src_sha = hsrc.content_sha256()
         facts = hsrc.facts()
         name = plan.name or _slug(facts.name)
-        if facts.architecture == "gemma4":
-            llama_cpp_script = _gemma4_request(plan)
-            code = content_key(code, toolchain.code_hash("gemma4", "llamacpp_convert"),
+        code = content_key(code, toolchain.code_hash(*family.code_modules))
+        if family.llama_cpp_gguf:
+            llama_cpp_script = _llama_cpp_request(plan)
+            code = content_key(code, toolchain.code_hash("llamacpp_convert"),
                                _converter_hash(llama_cpp_script))
     else:
         from .gguf_source import GGUFSource
@@ -320,7 +245,9 @@ def _float32_stage(source: Path, from_hf: bool, root: Path, plan: ConvertPlan,
         runner.say(f"source {source} ({src_bytes / 1e6:.1f} MB): hashing")
         src_sha = sha256_file(source)
         gsrc = GGUFSource(source)
-        facts = _confirmed(gsrc.facts(), source)
+        facts = confirmed(gsrc.facts(), source)
+        family = for_architecture(facts.architecture)
+        code = content_key(code, toolchain.code_hash(*family.code_modules))
         base, label = gsrc.get("general.basename"), gsrc.get("general.size_label")
         name = plan.name or _slug(f"{base}-{label}" if base and label else facts.name)
 
@@ -329,15 +256,16 @@ def _float32_stage(source: Path, from_hf: bool, root: Path, plan: ConvertPlan,
 
     def build_hf(d: Path) -> None:
         hf_out, gguf_out = d / "hf", d / "model-f32.gguf"
-        if llama_cpp_script is not None:  # Gemma 4: llama.cpp's own converter on the folder
-            from .gemma4 import write_text_folder
+        if llama_cpp_script is not None:  # llama.cpp's own converter on the folder
             from .llamacpp_convert import convert_hf_to_gguf
 
-            write_text_folder(hsrc, hf_out)
-            convert_hf_to_gguf(llama_cpp_script, source, gguf_out, d / "tools.log")
+            family.write_float32_folder(hsrc, hf_out)
+            for file_name, args in family.llama_cpp_runs():
+                convert_hf_to_gguf(llama_cpp_script, source, d / file_name, d / "tools.log",
+                                   extra_args=args)
         elif from_hf:
             write_f32_from_hf(hsrc, facts, hf_out, gguf_out)
-            write_hf_config(_confirmed(facts, gguf_out), hf_out)
+            write_hf_config(confirmed(facts, gguf_out), hf_out)
         else:
             write_hf_and_f32_gguf(gsrc, facts, hf_out, gguf_out)
         report = check_tokenizers(gguf_out, hf_out)
@@ -347,7 +275,7 @@ def _float32_stage(source: Path, from_hf: bool, root: Path, plan: ConvertPlan,
                            versions["llama-cpp-python"], versions["tokenizers"],
                            versions["sentencepiece"]), build_hf)
     if from_hf:  # end ids and BOS as llama.cpp reads the float32 GGUF written from the folder
-        facts = _confirmed(facts, hf.directory / "model-f32.gguf")
+        facts = confirmed(facts, hf.directory / "model-f32.gguf")
     tokenizer_check = json.loads((hf.directory / "tokenizer_check.json").read_text())
     add_bos, eog = facts.tokenizer.add_bos, facts.tokenizer.eog_ids
     runner.say(f"{facts.architecture} '{facts.name}': {facts.num_layers} layers, hidden "
@@ -355,13 +283,13 @@ def _float32_stage(source: Path, from_hf: bool, root: Path, plan: ConvertPlan,
                f"BOS {'added' if add_bos else 'not added'}, end ids {list(eog)}; tokenizers "
                f"agree with llama.cpp on {', '.join(tokenizer_check)}")
     job = _Job(source, from_hf, src_sha, src_bytes, root, name, plan, runner, versions, facts,
-               hf, tokenizer_check, stage_keys=[hf.key])
+               family, hf, tokenizer_check, stage_keys=[hf.key])
     job.text.mkdir(parents=True, exist_ok=True)
     return job
 
 
-def _gemma4_request(plan: ConvertPlan) -> Path:
-    """The llama.cpp converter script for a Gemma 4 source (the GGUF writer for it)."""
+def _llama_cpp_request(plan: ConvertPlan) -> Path:
+    """The llama.cpp converter script, for a source whose family's GGUF llama.cpp writes."""
     toolchain.require("hf-llama-cpp")
     script = toolchain.llama_cpp_converter()
     assert script is not None  # require checked
@@ -375,15 +303,16 @@ def _converter_hash(script: Path) -> str:
 
 
 def _mtp_stage(job: _Job, folder: Path) -> None:
-    """The ``mtp-f32`` stage: the Gemma 4 assistant at ``folder`` checked against the target
-    and converted by llama.cpp's converter; placed under ``text/draft/mtp/``."""
+    """The ``mtp-f32`` stage: the MTP assistant at ``folder`` (a Gemma 4 target's), checked
+    against the target by its family and converted by llama.cpp's converter; placed under
+    ``text/draft/mtp/``."""
     from ..bundle import DRAFT_DIR, MTP_DIR
-    from .gemma4 import check_assistant
-    from .hf_source import folder_sha256
+    from .families import check_draft
+    from .hf_folder import folder_sha256
 
-    check_assistant(folder, job.facts)
+    check_draft(folder, job.facts)
     script = toolchain.llama_cpp_converter()
-    assert script is not None  # the target, a Gemma 4, required it
+    assert script is not None  # the target, whose family takes drafts, required it
     sha = folder_sha256(folder)
 
     def build(d: Path) -> None:
@@ -457,13 +386,7 @@ def _gguf_build(job: _Job, p: str, prep: Any, d: Path) -> None:
 
 
 def _mlx_prepare(job: _Job) -> Any:
-    from .hf_checkpoint import config_dict
-
-    if job.facts.architecture == "gemma4":
-        from .gemma4 import mlx_expected
-
-        return mlx_expected(job.hf_dir)
-    return _mlx_expected(config_dict(job.facts))
+    return job.family.mlx_expected(job.facts, job.hf_dir)
 
 
 def _mlx_build(job: _Job, p: str, expected: Any, d: Path) -> None:
@@ -488,16 +411,11 @@ def _litert_build(job: _Job, p: str, prep: tuple[Any, Any, bool], d: Path) -> No
     from .litert_out import export_tflite, package_litertlm
 
     (exporter, _, use_sp), plan, hf_dir = prep, job.plan, job.hf_dir
-    source: Path = hf_dir
-    flags: tuple[str, ...] = ()
-    if job.facts.architecture == "gemma4":
-        from .gemma4 import LITERT_EXPORT_FLAGS, litert_source
-
-        source, flags = litert_source(hf_dir, d / "export-src"), LITERT_EXPORT_FLAGS
+    source = job.family.litert_source(hf_dir, d / "export-src")
     tfl = export_tflite(exporter, source, d / "export", precision=p,
                         prefill_lengths=list(plan.prefill_lengths),
                         cache_length=plan.cache_length, log_path=d / "export.log",
-                        threads=plan.threads, extra_flags=flags)
+                        threads=plan.threads, extra_flags=job.family.litert_flags)
     os.replace(tfl, d / "model.tflite")
     shutil.rmtree(d / "export")
     if source != hf_dir:
@@ -505,7 +423,8 @@ def _litert_build(job: _Job, p: str, prep: tuple[Any, Any, bool], d: Path) -> No
     package_litertlm(d / "model.tflite", d / "model.litertlm", job.facts,
                      cache_length=plan.cache_length,
                      hf_tokenizer=None if use_sp else hf_dir / "tokenizer.json",
-                     sp_model=hf_dir / "tokenizer.model" if use_sp else None)
+                     sp_model=hf_dir / "tokenizer.model" if use_sp else None,
+                     model_type=job.family.litert_model_type)
 
 
 def _litert_outputs(job: _Job, p: str, d: Path) -> list[tuple[Path, Path]]:
@@ -519,7 +438,7 @@ def _coreml_build(job: _Job, p: str, prep: Any, d: Path) -> None:
     from .coreml_out import convert_coreml
 
     checks = convert_coreml(job.hf_dir, job.facts, d / "model.mlpackage", p,
-                            job.plan.cache_length)
+                            job.plan.cache_length, job.family.coreml_module)
     (d / "checked.json").write_text(json.dumps(checks, indent=1, default=str))
 
 
@@ -551,7 +470,7 @@ _STAGES: tuple[_FormatStage, ...] = (
         "coreml", lambda job: None,
         key=lambda job, p, _: (job.hf.key, p, job.plan.cache_length,
                                job.versions["coremltools"], job.versions["torch"],
-                               toolchain.code_hash("coreml_out", "coreml_gemma4")),
+                               toolchain.code_hash(*job.family.coreml_code_modules)),
         build=_coreml_build,
         outputs=lambda job, p, d: [(d / "model.mlpackage",
                                     job.text / f"{job.name}-{p}.mlpackage")],
@@ -607,34 +526,6 @@ def _verify_stage(job: _Job) -> None:
     if not st.cached:  # filed under the modules it loaded, where the next run looks
         st = job.runner.rekey(st, verify_key.verify_key_parts(job.runner.work_dir, vbase))
     shutil.copy2(st.directory / "parity.json", root / "parity.json")
-
-
-def _confirmed(facts: Any, gguf_path: Path) -> Any:
-    """``facts`` with the end-of-generation ids and BOS behaviour llama.cpp reads from
-    ``gguf_path`` (it also knows end-of-turn tokens by their text)."""
-    import dataclasses
-
-    eog, add_bos = llamacpp_token_facts(gguf_path)
-    return dataclasses.replace(facts, tokenizer=dataclasses.replace(
-        facts.tokenizer, eog_ids=eog, add_bos=add_bos))
-
-
-def _mlx_expected(cfg: dict[str, Any]) -> dict[str, Any]:
-    keys = ("hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads",
-            "head_dim", "rms_norm_eps", "vocab_size", "num_key_value_heads", "rope_theta",
-            "rope_local_base_freq", "query_pre_attn_scalar", "sliding_window",
-            "sliding_window_pattern", "max_position_embeddings", "rope_scaling",
-            "tie_word_embeddings", "attention_bias", "mlp_bias", "layer_types", "model_type")
-    out = {k: cfg[k] for k in keys if k in cfg}
-    if cfg.get("model_type") == "llama":
-        out["layer_types"] = ["full_attention"] * cfg["num_hidden_layers"]
-        out["sliding_window"] = None
-        out["rope_traditional"] = False
-    else:
-        out.pop("layer_types", None)
-        out.pop("tie_word_embeddings", None)
-        out.pop("attention_bias", None)
-    return out
 
 
 def _size(path: Path) -> int:

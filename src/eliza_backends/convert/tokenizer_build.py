@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import BundleError
-from .gguf_source import TokenizerFacts
+from .facts import TokenizerFacts
 
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 

@@ -122,13 +122,14 @@ def versions() -> dict[str, str]:
 
 
 def code_hash(*modules: str) -> str:
-    """sha256 of the named modules of this package (all of them when none is named): a stage
-    keyed by the code it runs is redone when that code changes, and only then."""
+    """sha256 of the named modules of this package (paths below it without ``.py``, e.g.
+    ``families/gemma4``; all of them when none is named): a stage keyed by the code it runs is
+    redone when that code changes, and only then."""
     h = hashlib.sha256()
     here = Path(__file__).parent
-    paths = [here / f"{m}.py" for m in modules] if modules else sorted(here.glob("*.py"))
+    paths = [here / f"{m}.py" for m in modules] if modules else sorted(here.rglob("*.py"))
     for path in paths:
-        h.update(path.name.encode())
+        h.update(path.relative_to(here).as_posix().encode())
         h.update(path.read_bytes())
     return h.hexdigest()
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..bundle import load_manifest
-from .gguf_source import ModelFacts
+from .facts import ModelFacts
 
 N_TOKENS = 32
 SHORT_PROMPTS = (

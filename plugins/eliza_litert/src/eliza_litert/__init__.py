@@ -74,6 +74,7 @@ class LiteRTFactory(Factory):
     formats = ("litertlm", "tflite")
     pip_extra = "litert"
     options_model = LiteRTOptions
+    native_loggers = ("eliza_litert.native",)
 
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         self._environ = environ

@@ -49,6 +49,7 @@ class LlamaCppFactory(Factory):
     formats = ("gguf",)
     pip_extra = "llamacpp"
     options_model = LlamaCppOptions
+    native_loggers = ("eliza_llamacpp.native",)
 
     @cached_property
     def _availability(self) -> Availability:

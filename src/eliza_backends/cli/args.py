@@ -6,21 +6,26 @@ StreamConfig refuses, a path that is a symlink loop, ``bundle create`` onto a fi
 the manifest cannot hold), is an :class:`~eliza_backends.errors.InvalidArgumentError`: the CLI
 prints it as one line (``error: ... [ELIZA_ERR_INVALID_ARG]``) and exits with status 2. Nothing
 here imports a runtime or reads more than a path's ``stat``.
+
+Here too: the argparse ``type`` helpers (:func:`int_in`, :func:`float_in`) and the
+StreamConfig fields the flags ask for (:func:`config_from_args`), which the checks validate
+and the commands open their streams with.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from .errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 
 if TYPE_CHECKING:
-    from .config import StreamConfig
+    from ..config import StreamConfig
 
 #: uvicorn's log levels that Python's logging knows too (``--log-level``).
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
@@ -93,21 +98,46 @@ def check_output_dir(path: str, what: str) -> None:
 
 def check_stream_config(fields: dict[str, Any]) -> StreamConfig:
     """The sampling and size flags, validated as the :class:`StreamConfig` they become."""
-    from .config import StreamConfig
+    from ..config import StreamConfig
 
     return StreamConfig(**fields)
 
 
-def check_args(args: argparse.Namespace, stream_fields: Callable[[argparse.Namespace],
-                                                                  dict[str, Any]]) -> None:
+def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The StreamConfig fields the flags ask for (the flags not given are left out);
+    ``--option BACKEND:KEY=VALUE`` becomes ``options``, its value parsed as JSON when it can
+    be."""
+    keys = ["max_tokens", "context_size", "threads", "batch_size", "temperature", "top_k",
+            "top_p", "min_p", "repeat_penalty", "seed", "tokens_per_step", "drafter",
+            "draft_length", "ignore_eos"]
+    cfg = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
+    if getattr(args, "stop", None):
+        cfg["stop"] = tuple(args.stop)
+    if getattr(args, "option", None):
+        options: dict[str, dict[str, Any]] = {}
+        for item in args.option:
+            name, _, rest = item.partition(":")
+            key, eq, value = rest.partition("=")
+            if not name or not key or not eq:
+                raise InvalidArgumentError(f"--option takes BACKEND:KEY=VALUE, got {item!r}")
+            try:
+                parsed: Any = json.loads(value)
+            except ValueError:
+                parsed = value
+            options.setdefault(name, {})[key] = parsed
+        cfg["options"] = options
+    return cfg
+
+
+def check_args(args: argparse.Namespace) -> None:
     """The checks argparse's types cannot make: paths, and values that are only valid
-    together (a StreamConfig). ``stream_fields(args)`` is the StreamConfig the flags ask
-    for. Raises :class:`InvalidArgumentError`."""
+    together (the StreamConfig of :func:`config_from_args`). Raises
+    :class:`InvalidArgumentError`."""
     command = getattr(args, "command", None)
     sub = getattr(args, "bundle_command", None)
     if command in ("select", "generate", "chat", "bench", "serve"):
         check_input(args.bundle, "BUNDLE")
-    config = check_stream_config(stream_fields(args)) \
+    config = check_stream_config(config_from_args(args)) \
         if command in ("generate", "chat", "serve", "bench") else None
     if command == "serve" and args.parallel is not None and (args.sessions or 1) > 1:
         raise InvalidArgumentError(
@@ -117,8 +147,9 @@ def check_args(args: argparse.Namespace, stream_fields: Callable[[argparse.Names
     if command == "serve" and config is not None and args.parallel is not None and \
             config.batch_size < args.parallel:
         raise InvalidArgumentError(
-            f"--batch-size {config.batch_size} is below --parallel {args.parallel}: a batched step "
-            "decodes one token of each sequence, so --batch-size must be at least --parallel")
+            f"--batch-size {config.batch_size} is below --parallel {args.parallel}: a batched "
+            "step decodes one token of each sequence, so --batch-size must be at least "
+            "--parallel")
     if command == "bundle" and sub == "verify":
         check_input(args.bundle, "BUNDLE")
     if command == "bundle" and sub == "create":
@@ -126,7 +157,7 @@ def check_args(args: argparse.Namespace, stream_fields: Callable[[argparse.Names
         for path in [*args.artifacts, *(args.draft or ())]:
             check_input(path, "ARTIFACT")
         if args.name is not None:
-            from .bundle import check_bundle_name
+            from ..bundle import check_bundle_name
 
             check_bundle_name(args.name)
     if command == "bundle" and sub == "convert":
@@ -144,10 +175,10 @@ def check_args(args: argparse.Namespace, stream_fields: Callable[[argparse.Names
             raise InvalidArgumentError(f"--prefill-lengths takes N,N,... of positive ints "
                                        f"(got {args.prefill_lengths!r})")
         if args.name is not None:
-            from .bundle import check_bundle_name
+            from ..bundle import check_bundle_name
 
             check_bundle_name(args.name)
-        from .convert.pipeline import parse_plan
+        from ..convert.pipeline import parse_plan
 
         parse_plan(args.formats, args.precision or (), prefill_lengths=tuple(lengths),
                    cache_length=args.cache_length, verify=args.verify, name=args.name,
@@ -155,4 +186,4 @@ def check_args(args: argparse.Namespace, stream_fields: Callable[[argparse.Names
 
 
 __all__ = ["LOG_LEVELS", "Parser", "check_args", "check_input", "check_output_dir",
-           "check_stream_config", "float_in", "int_in"]
+           "check_stream_config", "config_from_args", "float_in", "int_in"]

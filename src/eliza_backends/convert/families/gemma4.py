@@ -1,6 +1,8 @@
-"""Gemma 4 checkpoints: what the converter reads from a ``Gemma4ForCausalLM`` or
-``Gemma4ForConditionalGeneration`` folder (its text model) and from a ``gemma4_assistant``
-(the MTP drafter), and the float32 text-only folder every other format is made from.
+"""The Gemma 4 text family (GGUF ``gemma4``): what the converter reads from a
+``Gemma4ForCausalLM`` or ``Gemma4ForConditionalGeneration`` folder (its text model) and from a
+``gemma4_assistant`` (the MTP drafter), and the float32 text-only folder every other format is
+made from. Its GGUFs are written by llama.cpp's own converter (:mod:`..llamacpp_convert`), its
+Core ML module by :mod:`..coreml_gemma4`; the family adapter is :class:`Gemma4`.
 
 * :func:`model_facts` — the :class:`~.gguf_source.ModelFacts` of the text model (the numbers
   the report, LiteRT's metadata and ``--verify`` need; the GGUF itself is written by llama.cpp's
@@ -19,14 +21,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar
 
-from ..errors import BundleError
-from .gguf_source import ModelFacts, TokenizerFacts, f32_value
-
-if TYPE_CHECKING:
-    from .hf_source import HFSource
+from ...errors import BundleError
+from ..facts import ModelFacts, TokenizerFacts, f32_value
+from ..hf_folder import HFFolder
+from .base import ModelFamily
 
 #: Hugging Face ``model_type`` -> class, for the targets the converter takes
 TARGET_TYPES = {"gemma4_text": "Gemma4ForCausalLM", "gemma4": "Gemma4ForConditionalGeneration"}
@@ -82,7 +84,7 @@ def text_tensor_name(config: dict[str, Any], key: str) -> str | None:
     return key if key == "lm_head.weight" else None
 
 
-def model_facts(source: HFSource) -> ModelFacts:
+def model_facts(source: HFFolder) -> ModelFacts:
     """The text model's facts (end ids: the folder's; llama.cpp confirms them later)."""
     c = text_config(source.config)
 
@@ -117,7 +119,7 @@ def model_facts(source: HFSource) -> ModelFacts:
                "final_logit_softcapping": c.get("final_logit_softcapping")})
 
 
-def tokenizer_facts(source: HFSource) -> TokenizerFacts:
+def tokenizer_facts(source: HFFolder) -> TokenizerFacts:
     """The vocabulary of the folder's ``tokenizer.json`` (Gemma 4's BPE with byte fallback)
     as the converter's report and the LiteRT metadata need it; the GGUF's own vocabulary is
     llama.cpp's (its ``gemma4`` tokenizer model)."""
@@ -184,7 +186,7 @@ def _json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def write_text_folder(source: HFSource, out: Path) -> None:
+def write_text_folder(source: HFFolder, out: Path) -> None:
     """``out``: the text model as a float32 ``Gemma4ForCausalLM`` folder (see the module
     docstring); the tensors keep their values exactly (float16/bfloat16 widen exactly)."""
     from safetensors.numpy import save_file
@@ -231,10 +233,10 @@ def check_assistant(folder: Path, facts: ModelFacts) -> dict[str, Any]:
 
 def mlx_expected(hf_dir: Path) -> dict[str, Any]:
     """The numbers mlx-lm's ``gemma4_text`` must read back from the MLX config: every field
-    of the text config that its ``ModelArgs`` has (compared by :func:`.mlx_out.check_config`)."""
+    of the text config that its ``ModelArgs`` has (compared by :func:`..mlx_out.check_config`)."""
     import dataclasses
 
-    from .mlx_out import model_args_class
+    from ..mlx_out import model_args_class
 
     cfg = json.loads((hf_dir / "config.json").read_text())
     fields = {f.name for f in dataclasses.fields(model_args_class(cfg))}
@@ -260,6 +262,47 @@ def litert_source(hf_dir: Path, out: Path) -> Path:
     return out
 
 
-__all__ = ["ASSISTANT_TYPE", "LITERT_EXPORT_FLAGS", "TARGET_TYPES", "check_assistant",
-           "litert_source", "mlx_expected", "model_facts", "text_config", "text_tensor_name",
-           "tokenizer_facts", "write_text_folder"]
+class Gemma4(ModelFamily):
+    """``gemma4``: the text model of a Gemma 4 target, GGUF by llama.cpp's converter (see the
+    module docstring); a ``gemma4_assistant`` folder drafts for it (``--draft``)."""
+
+    architecture = "gemma4"
+    model_types = tuple(TARGET_TYPES)
+    refused_model_types: ClassVar[Mapping[str, str]] = {
+        ASSISTANT_TYPE: "(a Gemma 4 MTP assistant: pass it with --draft next to its target's "
+                        "folder)"}
+    draft_model_types = (ASSISTANT_TYPE,)
+    llama_cpp_gguf = True
+    code_modules: ClassVar[tuple[str, ...]] = ("families/gemma4",)
+    coreml_code_modules: ClassVar[tuple[str, ...]] = ("coreml_out", "coreml_gemma4")
+    litert_flags = LITERT_EXPORT_FLAGS
+    litert_model_type = "gemma4"
+
+    def model_facts(self, source: HFFolder) -> ModelFacts:
+        return model_facts(source)
+
+    def write_float32_folder(self, source: HFFolder, out: Path) -> None:
+        write_text_folder(source, out)
+
+    def mlx_expected(self, facts: ModelFacts, hf_dir: Path) -> dict[str, Any]:
+        return mlx_expected(hf_dir)
+
+    def litert_source(self, hf_dir: Path, out: Path) -> Path:
+        return litert_source(hf_dir, out)
+
+    def coreml_module(self, hf_model: Any, facts: ModelFacts, max_len: int,
+                      cache_dtype: str) -> Any:
+        from .. import coreml_gemma4
+
+        return coreml_gemma4.plain_module(hf_model, max_len, cache_dtype)
+
+    def check_draft(self, folder: Path, config: dict[str, Any],
+                    facts: ModelFacts) -> dict[str, Any]:
+        return check_assistant(folder, facts)
+
+
+FAMILY = Gemma4()
+
+__all__ = ["ASSISTANT_TYPE", "FAMILY", "LITERT_EXPORT_FLAGS", "TARGET_TYPES", "Gemma4",
+           "check_assistant", "litert_source", "mlx_expected", "model_facts", "text_config",
+           "text_tensor_name", "tokenizer_facts", "write_text_folder"]
