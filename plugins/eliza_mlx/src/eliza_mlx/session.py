@@ -23,7 +23,7 @@ follows (an end-of-generation token cannot be foreseen and is fed ahead like any
 Speculative decoding (``drafter="ngram"`` or ``"model"``, greedy only, trimmable caches only):
 prefill keeps the prompt's last token back in ``_pending``. A round drafts ``k`` tokens (the
 core's :class:`~eliza_backends.runtime.speculative.NgramDrafter`, or a draft MLX folder from
-``text/draft/``, :mod:`eliza_mlx.mlx_draft`), runs ``[pending, d1..dk]`` through the model in
+``text/draft/``, :mod:`eliza_mlx.draft`), runs ``[pending, d1..dk]`` through the model in
 one call (logits for every position; ``[d1..dk]`` when the last token was already fed ahead and
 its successor queued), takes the argmax per position, keeps the agreeing prefix plus the
 target's own next token (:func:`~eliza_backends.runtime.speculative.accept_greedy`), trims the
@@ -64,6 +64,7 @@ from eliza_backends.backend import Drafter, Sampler, accept_greedy
 
 from .mlx_thread import on_mlx_thread
 from .model import COMPUTE_STREAM, LoadedMLX, trim
+from .session_hooks import TokenizerHooks, cut_lazy_cache
 
 _SLOT_MAGIC = b"ELZMLX01"
 _SLOT_HEAD = struct.Struct("<8sIQ")  # magic, cached tokens, prompt-cache file length
@@ -84,7 +85,7 @@ class _Round:
     made: int = 0
 
 
-class MLXSession(Session):
+class MLXSession(TokenizerHooks, Session):
     """An mlx-lm generation: one prompt cache (KV per layer) on the shared model."""
 
     backend_name = "mlx-coreml"
@@ -93,6 +94,7 @@ class MLXSession(Session):
     def __init__(self, loaded: LoadedMLX, config: StreamConfig,
                  context: InferenceContext | None, drafter: Drafter | None = None) -> None:
         self._loaded = loaded
+        self._tokenizer = loaded.tokenizer
         self._model = loaded.model
         self._cache: list[Any] = make_prompt_cache(loaded.model)
         self._trimmable = bool(can_trim_prompt_cache(self._cache))
@@ -456,30 +458,17 @@ class MLXSession(Session):
             self._undo_ahead()
         if self._stale:
             return False
-        drop = self._n_kv - n_keep
-        if drop > 0:
-            if not can_trim_prompt_cache(self._cache):
-                return False
-            if trim(self._cache, drop) != drop:
-                return False
-            self._n_kv = n_keep
-            self._pending = None
-        elif drop == 0:
-            self._pending = None
-        elif drop == -1:  # the one history token the cache lacks is fed with the next prefill
-            self._pending = self._sequence[n_keep - 1]
-        else:
+        cache = self._cache
+        done, pending = cut_lazy_cache(
+            self._n_kv, n_keep, self._sequence,
+            lambda k: bool(can_trim_prompt_cache(cache)) and trim(cache, k) == k)
+        if not done:
             return False
+        self._n_kv = min(self._n_kv, n_keep)
+        self._pending = pending
         self._logits = self._y = None
         self._seed()
         return True
-
-    def _token_bytes(self, token_id: int) -> bytes:
-        return self._loaded.tokenizer.piece(token_id)
-
-    def _tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
-        return self._loaded.tokenizer.encode(text, add_special=add_special,
-                                             parse_special=parse_special)
 
     # ------------------------------------------------------------------ slots
 
