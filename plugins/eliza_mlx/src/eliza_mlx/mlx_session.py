@@ -17,10 +17,14 @@ stream (the ``max_tokens`` budget or the context window): its last token is then
 (``_pending``) and fed with the next prefill, so no forward pass is spent on a token nothing
 follows (an end-of-generation token cannot be foreseen and is fed ahead like any other).
 
-Speculative decoding (``drafter="ngram"`` or ``"model"``, greedy only, trimmable caches only):
-prefill keeps the prompt's last token back in ``_pending``. A round drafts ``k`` tokens (the
-core's :class:`~eliza_backends.runtime.speculative.NgramDrafter`, or a draft MLX folder from
-``text/draft/``, :mod:`eliza_mlx.mlx_draft`), runs ``[pending, d1..dk]`` through the model in
+Speculative decoding (``drafter="ngram"``, ``"model"`` or ``"mtp"``, greedy only, trimmable
+caches only; sliding-window ring buffers become full-length caches,
+:func:`~eliza_mlx.model.trimmable_prompt_cache`): prefill keeps the prompt's last token back in
+``_pending``. A round drafts ``k`` tokens (the core's
+:class:`~eliza_backends.runtime.speculative.NgramDrafter`, a draft MLX folder from
+``text/draft/``, :mod:`eliza_mlx.mlx_draft`, or Gemma 4's MTP assistant, :mod:`eliza_mlx.mtp`,
+through which every forward pass of the model then runs: it drafts from the target's hidden
+states and KV cache), runs ``[pending, d1..dk]`` through the model in
 one call (logits for every position; ``[d1..dk]`` when the last token was already fed ahead and
 its successor queued), takes the argmax per position, keeps the agreeing prefix plus the
 target's own next token (:func:`~eliza_backends.runtime.speculative.accept_greedy`), trims the
@@ -64,7 +68,7 @@ from eliza_backends import (
 from eliza_backends.backend import Drafter, accept_greedy
 
 from .mlx_thread import on_mlx_thread
-from .model import COMPUTE_STREAM, LoadedMLX, trim
+from .model import COMPUTE_STREAM, LoadedMLX, TargetLinkedDrafter, trim, trimmable_prompt_cache
 
 _SLOT_MAGIC = b"ELZMLX01"
 _SLOT_HEAD = struct.Struct("<8sIQ")  # magic, cached tokens, prompt-cache file length
@@ -94,8 +98,12 @@ class MLXSession(Session):
     def __init__(self, loaded: LoadedMLX, config: StreamConfig,
                  context: InferenceContext | None, drafter: Drafter | None = None) -> None:
         self._loaded = loaded
-        self._model = loaded.model
-        self._cache: list[Any] = make_prompt_cache(loaded.model)
+        self._speculative = drafter is not None
+        # every forward pass of the model: through a drafter that reads the target's own state
+        # when there is one (it stages the hidden states it drafts from)
+        self._model: Callable[..., Any] = drafter.target_forward \
+            if isinstance(drafter, TargetLinkedDrafter) else loaded.model
+        self._cache: list[Any] = self._new_cache()
         self._trimmable = bool(can_trim_prompt_cache(self._cache))
         if drafter is not None and not self._trimmable:
             drafter.close()
@@ -131,10 +139,15 @@ class MLXSession(Session):
 
     @property
     def capabilities(self) -> Capabilities:
-        drafters = {"none", "ngram", "model"} if self._trimmable else {"none"}
+        drafters = {"none", "ngram", "model", "mtp"} if self._trimmable else {"none"}
         return Capabilities(token_input=True, prefix_reuse=True, slots=True,
                             cancel_prefill=False, sampling=True, drafters=frozenset(drafters),
                             logits=True)
+
+    def _new_cache(self) -> list[Any]:
+        """An empty prompt cache; full-length when speculating (trimmable at any length)."""
+        model = self._loaded.model
+        return trimmable_prompt_cache(model) if self._speculative else make_prompt_cache(model)
 
     # ------------------------------------------------------------------ sampling
 
@@ -426,7 +439,7 @@ class MLXSession(Session):
 
     @on_mlx_thread
     def _reset(self) -> None:
-        self._cache = make_prompt_cache(self._model)
+        self._cache = self._new_cache()
         self._n_kv = 0
         self._pending = self._ahead = None
         self._logits = self._y = None
@@ -532,7 +545,7 @@ class MLXSession(Session):
                 mx.eval(logits, [c.state for c in cache])
             except Exception as exc:
                 raise SlotError(f"mlx-lm could not read the saved prompt cache: {exc}") from None
-        fresh = make_prompt_cache(self._model)
+        fresh = self._new_cache()
         if len(cache) != len(fresh) or any(type(a) is not type(b)
                                             for a, b in zip(cache, fresh, strict=True)):
             raise SlotError("the saved prompt cache does not fit this model's layers")
