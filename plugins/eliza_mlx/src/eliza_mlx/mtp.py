@@ -93,7 +93,7 @@ class MLXMtpDrafter:
         model = getattr(target.model, "language_model", target.model)
         self._text = model.model  # mlx-lm's Gemma4TextModel: its final normed hidden states
         self._tied = bool(getattr(model, "tie_word_embeddings", True))
-        self._lm_head = getattr(model, "lm_head", None)
+        self._lm_head: Any = getattr(model, "lm_head", None)
         self._softcap: float | None = getattr(model, "final_logit_softcapping", None)
         self._layer_types = [layer.layer_type for layer in self._text.layers]
         self._cache: list[Any] | None = None  # the cache the staged rows belong to
