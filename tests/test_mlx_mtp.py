@@ -234,3 +234,17 @@ class TestMlxMtpSpeculativeKit(SpeculativeChecks):
     @pytest.fixture
     def bundle_dir(self) -> Path:
         return MTP_BUNDLE
+
+
+def test_the_bundle_assistant_folder_is_the_converters_output(tmp_path: Path) -> None:
+    """text/draft/mtp/gemma4-tiny-assistant-mlx is what the converter's Gemma 4 family
+    writes from the assistant's Hugging Face folder (source/assistant) and the target's."""
+    from eliza_backends.convert.families.gemma4 import FAMILY
+
+    out = tmp_path / "assistant-mlx"
+    FAMILY.write_mlx_draft(MTP_BUNDLE / "source" / "assistant",
+                           MTP_BUNDLE / "text" / "gemma4-tiny-mlx", out)
+    committed = MTP_BUNDLE / "text" / "draft" / "mtp" / "gemma4-tiny-assistant-mlx"
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in committed.iterdir())
+    for made in out.iterdir():
+        assert made.read_bytes() == (committed / made.name).read_bytes(), made.name
