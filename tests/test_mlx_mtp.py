@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from conftest import ROOT, TINY_BUNDLE
+from mtp_rewinds import check_mtp_rewinds
 
 pytest.importorskip("mlx.core")
 pytest.importorskip("mlx_lm")
@@ -27,10 +28,8 @@ from eliza_mlx import MLXFactory
 
 from eliza_backends import (
     BundleError,
-    CancelledError,
     Factory,
     InferenceContext,
-    Step,
     UnsupportedOperationError,
     explain,
     open_stream,
@@ -118,46 +117,8 @@ def test_mtp_chat_turn_and_end_tokens(ctx: InferenceContext) -> None:
 
 def test_mtp_rewinds_keep_target_and_assistant_in_step(ctx: InferenceContext,
                                                       tmp_path: Path) -> None:
-    """reset_keep (inside the prompt, inside the generated text), reset, a slot restored in a
-    fresh session, and cancel: each continues with the plain greedy tokens and drafts again."""
-    case = ORACLE[0]
-    ids = case["prompt_ids"]
-    with open_stream(ctx, backend="mlx", **BASE, max_tokens=64, ignore_eos=True) as s:
-        s.prefill(ids)
-        expected = generated_tokens(run_to_end(s.session))
-
-    def continues(head: list[int], steps: list[Step]) -> None:
-        out = head + generated_tokens(steps)
-        assert out == expected[:len(out)] and sum(st.drafted for st in steps) > 0
-
-    cfg = {**BASE, "max_tokens": 24, "ignore_eos": True, "draft_length": 3, **MTP}
-    with open_stream(ctx, backend="mlx", **cfg) as s:
-        session = s.session
-        session.prefill(ids)
-        continues([], run_to_end(session))
-        kept = session.reset_keep(len(ids) - 3)  # inside the prompt
-        session.prefill(ids[kept:])
-        continues([], run_to_end(session))
-        session.reset()
-        session.prefill(ids)
-        first = list(session.next(5).tokens)
-        session.reset_keep(len(ids) + 2)  # inside the generated text
-        session.prefill(first[2:])
-        continues(first, run_to_end(session))
-        session.reset()
-        session.prefill(ids)
-        head = list(session.next(6).tokens)
-        session.save_slot(tmp_path / "mtp.slot")
-        with open_stream(ctx, backend="mlx", **cfg) as t:
-            t.session.restore_slot(tmp_path / "mtp.slot")
-            continues(head, run_to_end(t.session))
-        continues(head, run_to_end(session))  # saving changed nothing for the saver
-        session.cancel()
-        with pytest.raises(CancelledError):
-            session.next()
-        session.reset()
-        session.prefill(ids)
-        continues([], run_to_end(session))
+    """reset_keep, reset, slots, cancel (tests/mtp_rewinds.py, as on llama.cpp)."""
+    check_mtp_rewinds(ctx, "mlx", ORACLE[0]["prompt_ids"], BASE, tmp_path)
 
 
 def test_ngram_past_the_sliding_window(ctx: InferenceContext) -> None:
