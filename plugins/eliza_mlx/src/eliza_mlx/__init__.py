@@ -267,6 +267,10 @@ class CoreMLOnlyFactory(MLXFactory):
     def cannot_serve_reason(self, bundle_dir: str | os.PathLike[str]) -> str:
         return "no .mlpackage / .mlmodelc under text/ for Core ML"
 
+    def drafters(self, bundle_dir: str | os.PathLike[str]) -> dict[str, str]:
+        """None: Core ML sessions do not draft."""
+        return {}
+
     def pinned(self, name: str) -> Factory:
         return self
 

@@ -146,11 +146,13 @@ class MLXMtpDrafter:
                                            greedy=True)
             return cast(list[int], drafts[0].tolist())
 
+    @on_mlx_thread
     def truncate(self, n: int) -> None:
         """The sequence was cut to ``n`` tokens: forget the passes from position ``n`` on
         (rows before ``n`` stay valid: the cache still holds what made them)."""
         self._passes = [(s, h) for s, h in self._passes if s < n]
 
+    @on_mlx_thread
     def close(self) -> None:
         """Drop the staged states (the assistant's weights belong to the InferenceContext)."""
         self._cache, self._passes = None, []
