@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 
 from eliza_backends import open_stream, render_chat
-from eliza_backends.openai.completions import Generation, chat_completion
 from eliza_backends.openai.gemma4_calls import is_gemma4_template, parse_gemma4_reply
+from eliza_backends.openai.generation import Generation
+from eliza_backends.openai.local import chat_completion
 from eliza_backends.openai.tools import parse_reply, parse_tools, prepare_messages
 
 ROOT = Path(__file__).resolve().parent.parent

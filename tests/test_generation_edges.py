@@ -30,8 +30,8 @@ from eliza_backends import (
     open_stream,
 )
 from eliza_backends.config import GREEDY_TEMPERATURE
-from eliza_backends.openai.completions import session_config
 from eliza_backends.openai.types import ChatCompletionRequest, parse_request
+from eliza_backends.serving import session_config
 
 BACKENDS = [
     pytest.param("llama.cpp", {}, "llama_cpp", id="llama.cpp"),

@@ -20,8 +20,16 @@ from eliza_backends import (
     open_stream,
 )
 from eliza_backends.config import StreamConfig
-from eliza_backends.openai.completions import FINISH_REASONS, finish_reason, session_key
-from eliza_backends.openai.types import ChatCompletion, ChatCompletionChunk, Completion
+from eliza_backends.openai.chat import chat_job
+from eliza_backends.openai.generation import FINISH_REASONS, GenerationJob, finish_reason
+from eliza_backends.openai.types import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    Completion,
+    parse_request,
+)
+from eliza_backends.serving import Sampling, session_key
 
 ORACLE = json.loads((TINY_BUNDLE / "oracle.json").read_text())
 PROMPTS = {p["name"]: p for p in ORACLE["prompts"]}
@@ -211,6 +219,19 @@ def test_session_key_ignores_what_greedy_decoding_ignores() -> None:
     assert session_key(StreamConfig(max_tokens=5, stop=("x",))) == session_key(StreamConfig())
     assert session_key(StreamConfig(temperature=0.5, seed=1)) != session_key(
         StreamConfig(temperature=0.5, seed=2))
+
+
+def test_a_job_of_any_front_end_picks_its_sessions_by_the_shared_keys() -> None:
+    request = parse_request(ChatCompletionRequest, {
+        "messages": [{"role": "user", "content": "hi"}], "temperature": 0.7, "seed": 3, "n": 2,
+        "max_tokens": 4, "stop": "x"})
+    job = chat_job(request)
+    assert (job.max_tokens, job.stop, job.n) == (4, ("x",), 2)
+    assert job.prompt == [{"role": "user", "content": "hi"}]
+    base = StreamConfig()
+    assert job.session_config(base, 1).seed == 4  # choice i samples with seed + i
+    other = GenerationJob(prompt="hi", sampling=Sampling(temperature=0.7, seed=3))
+    assert session_key(other.session_config(base)) == session_key(job.session_config(base))
 
 
 def test_importing_the_package_does_not_import_the_api_models() -> None:

@@ -13,7 +13,7 @@ import pytest
 from conftest import TINY_BUNDLE
 
 from eliza_backends import InvalidArgumentError, Stream, open_stream
-from eliza_backends.openai.completions import serving_config
+from eliza_backends.serving import serving_config
 
 ORACLE = json.loads((TINY_BUNDLE / "oracle.json").read_text())
 GETTYSBURG = next(p for p in ORACLE["prompts"] if p["name"] == "gettysburg")

@@ -58,7 +58,7 @@ if TYPE_CHECKING:  # what the names in _LAZY are, for type checkers (tests/test_
         RenderLimits as RenderLimits,
         render_chat as render_chat,
     )
-    from .openai.completions import (
+    from .openai.local import (
         chat_completion as chat_completion,
         completion as completion,
     )
@@ -133,8 +133,8 @@ _LAZY: dict[str, str] = {
     "write_manifest": "bundle",
     "RenderLimits": "prompt.chat",
     "render_chat": "prompt.chat",
-    "chat_completion": "openai.completions",
-    "completion": "openai.completions",
+    "chat_completion": "openai.local",
+    "completion": "openai.local",
     "StreamConfig": "config",
     "StreamOverrides": "config",
     "InferenceContext": "backend.context",
@@ -192,9 +192,9 @@ def _submodule(name: str) -> ModuleType:
     if name == "prompt.chat":
         from .prompt import chat
         return chat
-    if name == "openai.completions":
-        from .openai import completions
-        return completions
+    if name == "openai.local":
+        from .openai import local
+        return local
     if name == "registry":
         from . import registry
         return registry

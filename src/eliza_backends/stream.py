@@ -289,7 +289,7 @@ class Stream:
         return "".join(step.text for step in self)
 
     def begin_generation(self, owner: object) -> None:
-        """Mark a completion (``owner``: its :class:`~eliza_backends.completions.Generation`)
+        """Mark a completion (``owner``: its :class:`~eliza_backends.openai.generation.Generation`)
         as the one generating on this stream until :meth:`end_generation`. A second one while
         the first is open (a paused streamed completion, then another completion on the same
         stream, from any thread) raises :class:`SessionBusyError`: the two would interleave

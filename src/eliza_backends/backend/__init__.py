@@ -15,8 +15,8 @@ What lives here:
 * the building blocks a session is made of, re-exported from the core's other parts:
   the speculative loop and its acceptance rules (:func:`accept_greedy`, :func:`accept_sampled`,
   :class:`ModelDrafter`), the KV cursor, the continuous-batching step scheduler
-  (:class:`StepScheduler`), the sampler, the bundle tokenizers and the capture of
-  a native runtime's stderr.
+  (:class:`StepScheduler`), the sampler, the bundle tokenizers, the capture of
+  a native runtime's stderr and the default thread count (:func:`cpu_count`).
 
 Importing it imports pydantic and pluggy, never a runtime (numpy and ``tokenizers`` load on
 first use).
@@ -30,6 +30,7 @@ from ..prompt.sp_tokenizer import SPTokenizer
 from ..prompt.tokenizer import Tokenizer, TokenizerFacts, tokenizer_facts
 from ..prompt.tokenizers import find_tokenizer, load_tokenizer
 from ..runtime.batching import GATHER_WINDOW_S, BatchStats, Piece, StepRecord, StepScheduler
+from ..runtime.cpus import cpu_count
 from ..runtime.kv_cursor import KVCursor
 from ..runtime.sampling import Sampler
 from ..runtime.speculative import (
@@ -75,6 +76,7 @@ __all__ = [
     "Verify",
     "accept_greedy",
     "accept_sampled",
+    "cpu_count",
     "find_artifacts",
     "find_tokenizer",
     "hookimpl",

@@ -1,7 +1,12 @@
-"""The OpenAI-shaped API over streams: the request/response models (:mod:`.types`),
-``completion`` / ``chat_completion`` (:mod:`.completions`) and tool calls (:mod:`.tools`).
-The HTTP server (:mod:`eliza_backends.server`) and Ray Serve (:mod:`eliza_backends.ray`) are
-built on it.
+"""The OpenAI-shaped API over streams, split as vLLM splits its ``entrypoints/openai``: one
+generation core (:mod:`.generation`) that every front-end drives; one module per API front-end
+turning its request into the core's job (:mod:`.chat` for ``/v1/chat/completions``,
+:mod:`.completions` for ``/v1/completions``); the request/response models (:mod:`.types`);
+the OpenAI response formatting (:mod:`.formatting`); tool calls (:mod:`.tools`,
+:mod:`.gemma4_calls`); and the in-process API, ``completion`` / ``chat_completion``
+(:mod:`.local`). The HTTP server (:mod:`eliza_backends.server`) and Ray
+(:mod:`eliza_backends.ray`) are built on it; the keys they share with it (which session fits a
+request, the model's id) are :mod:`eliza_backends.serving`'s.
 
 Every import in this package is absolute or relative to ``eliza_backends``, so it never
 shadows the ``openai`` client package."""

@@ -1,7 +1,7 @@
 """The OpenAI wire shapes: chat and text completion requests, responses, chunks, errors.
 
 Pydantic models of the subset of OpenAI's Chat Completions and (legacy) Completions API that
-:mod:`eliza_backends.openai.completions` and the server speak. Requests are strict: an unknown
+:mod:`eliza_backends.openai.local` and the server speak. Requests are strict: an unknown
 field, a wrong type or a value out of range is an
 :class:`~eliza_backends.errors.InvalidArgumentError` naming the field. ``response_format``,
 ``tools`` / ``tool_choice`` and ``logprobs`` / ``top_logprobs`` are served (see
@@ -10,7 +10,7 @@ field, a wrong type or a value out of range is an
 message instead of calling them unknown.
 
 :func:`parse_request` is the one validation layer every request goes through (the server's
-bodies, :func:`~eliza_backends.completions.chat_completion`, Ray batch rows): the JSON text is
+bodies, :func:`~eliza_backends.openai.local.chat_completion`, Ray batch rows): the JSON text is
 decoded there, nesting deeper than :data:`MAX_DEPTH` is refused before anything walks it, the
 request models are pydantic *strict* (``"max_tokens": "16"`` or ``"stream": "yes"`` is an
 error, not coerced), earlier assistant ``tool_calls`` are typed, and a constraint that does

@@ -58,14 +58,7 @@ from ..backend.context import InferenceContext
 from ..batch import DEFAULT_PARALLEL, BatchLane, BatchLanes
 from ..config import StreamConfig
 from ..errors import ElizaError, InvalidArgumentError
-from ..openai.completions import (
-    chat_completion,
-    completion,
-    model_name,
-    serving_config,
-    session_config,
-    session_key,
-)
+from ..openai.local import chat_completion, completion
 from ..openai.types import (
     ChatChoice,
     ChatCompletion,
@@ -75,6 +68,7 @@ from ..openai.types import (
     RequestError,
     parse_request,
 )
+from ..serving import model_name, serving_config, session_config, session_key
 from .resources import reserved_cores
 
 if TYPE_CHECKING:

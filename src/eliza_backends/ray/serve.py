@@ -46,9 +46,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..batch import DEFAULT_PARALLEL
 from ..config import StreamConfig
-from ..openai.completions import model_name
 from ..server.app import create_app
 from ..server.pool import SessionPool
+from ..serving import model_name
 from .resources import reserved_cores
 
 log = logging.getLogger("eliza_backends.ray.serve")

@@ -6,7 +6,9 @@ Needs the ``server`` extra (``pip install 'eliza-backends[server]'``: Starlette 
 * :mod:`~eliza_backends.server.pool`: :class:`SessionPool`, N sessions over one model load,
   leased to requests with prefix routing, a bounded queue and cancellation.
 * :mod:`~eliza_backends.server.app`: :func:`create_app`, the Starlette application (routes,
-  OpenAI error bodies, server-sent events, access logs).
+  access logs); :mod:`~eliza_backends.server.run`: one request's generation on a leased
+  session, answered whole or as server-sent events; :mod:`~eliza_backends.server.api_errors`:
+  OpenAI's error bodies.
 * :mod:`~eliza_backends.server.serve`: :func:`serve`, uvicorn on a socket, startup line,
   graceful Ctrl-C.
 """

@@ -18,6 +18,11 @@ Errors always have OpenAI's body, ``{"error": {"message", "type", "param", "code
 =====  ==========================================================================
 
 A failure after a stream has started is sent as a last event ``data: {"error": {...}}``.
+The mapping is :func:`~eliza_backends.server.api_errors.api_error`'s; each route parses and
+checks its request, turns it into the core's job through its front-end
+(:mod:`eliza_backends.openai.chat`, :mod:`eliza_backends.openai.completions`) and answers
+through :mod:`eliza_backends.server.run` with the OpenAI
+:class:`~eliza_backends.openai.formatting.Responder`.
 A client that disconnects cancels its generation within one step; the session is rewound and
 returned to the pool. Every request is logged to ``eliza_backends.server.access`` with its
 fields in the record's ``access`` attribute (see :mod:`eliza_backends.server.serve`).
@@ -28,106 +33,37 @@ whoever runs it (``eliza-backends serve``, or another ASGI host).
 
 from __future__ import annotations
 
-import asyncio
-import copy
-import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..config import StreamConfig
-from ..errors import CancelledError, ContextFullError, ElizaError, UnsupportedOperationError
-from ..openai.completions import (
-    Generation,
-    Prompt,
-    Responder,
-    generation_for,
-    request_prompt,
-    session_config,
-    usage_of,
-)
+from ..openai import chat, completions
+from ..openai.formatting import Responder
+from ..openai.generation import GenerationJob
 from ..openai.types import (
     ChatCompletionRequest,
     CompletionRequest,
-    ErrorDetail,
-    ErrorResponse,
     ModelCard,
     ModelList,
-    RequestError,
     parse_request,
 )
-from ..prompt.chat import render_chat
-from ..stream import Stream
-from .pool import Lease, PoolClosedError, PoolFullError, SessionPool
+from .api_errors import ApiError, api_error, sse
+from .pool import Lease, SessionPool
+from .run import GenerationResponse, GenerationRun, starter
 
 access_log = logging.getLogger("eliza_backends.server.access")
-error_log = logging.getLogger("eliza_backends.server")
 
 #: Largest request body accepted, in bytes.
 MAX_BODY = 8 << 20
 _LOG_KEY = "eliza.access"
-
-
-class ApiError(Exception):
-    """An error response: HTTP ``status`` and OpenAI's error fields."""
-
-    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.detail = ErrorDetail(message=message, type=type, param=param, code=code)
-        self.headers = headers
-
-    def body(self) -> dict[str, Any]:
-        """The JSON body."""
-        return ErrorResponse(error=self.detail).model_dump()
-
-    def response(self) -> JSONResponse:
-        """The HTTP response."""
-        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
-
-
-def api_error(exc: BaseException, *, prompt_param: str = "messages") -> ApiError:
-    """The error response for any exception a request raised."""
-    if isinstance(exc, ApiError):
-        return exc
-    if isinstance(exc, RequestError):
-        return ApiError(400, exc.message, param=exc.param, code=exc.error_code)
-    if isinstance(exc, ContextFullError):
-        return ApiError(400, exc.message, param=prompt_param, code="context_length_exceeded")
-    if isinstance(exc, PoolFullError):
-        return ApiError(429, exc.message, type="rate_limit_error", code="rate_limit_exceeded",
-                        headers={"Retry-After": "1"})
-    if isinstance(exc, PoolClosedError):
-        return ApiError(503, exc.message, type="server_error", code="service_unavailable")
-    if isinstance(exc, ElizaError) and exc.code.symbol in (
-            "ELIZA_ERR_INVALID_ARG", "ELIZA_ERR_UNSUPPORTED"):
-        return ApiError(400, exc.message, code=exc.code.symbol)
-    if isinstance(exc, ElizaError):
-        return ApiError(500, exc.message, type="server_error", code=exc.code.symbol)
-    error_log.error("unexpected error serving a request", exc_info=exc)
-    return ApiError(500, f"internal error: {type(exc).__name__}: {exc}", type="server_error",
-                    code="internal_error")
-
-
-def sse(data: Any) -> bytes:
-    """One server-sent event carrying ``data`` (a model, a dict, or ``"[DONE]"``)."""
-    if isinstance(data, str):
-        text = data
-    elif hasattr(data, "model_dump_json"):
-        text = data.model_dump_json(exclude_none=True)
-    else:
-        text = json.dumps(data)
-    return f"data: {text}\n\n".encode()
 
 
 class AccessLog:
@@ -163,24 +99,6 @@ class AccessLog:
             access_log.info("%s %s %s %s %.1fms %s", fields["client"], fields["method"],
                             fields["path"], fields["status"], fields["duration_ms"], extras,
                             extra={"access": fields})
-
-
-class GenerationResponse(StreamingResponse):
-    """A server-sent-events response that releases its lease however the response ends
-    (finished, client gone before the first byte, server shutting down)."""
-
-    def __init__(self, content: AsyncIterator[bytes], lease: Lease) -> None:
-        super().__init__(content, media_type="text/event-stream",
-                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        self.lease = lease
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            if not self.lease.released:  # ended before the events did: the client went away
-                self.lease.cancel("the client went away")
-                self.lease.release()
 
 
 class OpenAIServer:
@@ -236,25 +154,21 @@ class OpenAIServer:
         try:
             req = parse_request(ChatCompletionRequest, await self._body(request))
             self._check_model(req.model)
-            template = self.pool.chat_template
-            if not template:
-                raise UnsupportedOperationError(
-                    f"the model {self.model!r} ships no chat template; use /v1/completions")
-            routing = render_chat(template, [m.for_template() for m in req.messages],
-                                  add_generation_prompt=True, **self.pool.template_tokens)
-            return await self._generate(request, req, "chat", routing)
+            routing = chat.prompt_text(req, self.pool.chat_template, self.pool.template_tokens,
+                                       self.model)
+            return await self._generate(request, chat.chat_job(req), req, "chat", routing)
         except Exception as exc:
-            return self._fail(request, exc, "messages")
+            return self._fail(request, exc, chat.PROMPT_PARAM)
 
     async def completions(self, request: Request) -> Response:
         try:
             req = parse_request(CompletionRequest, await self._body(request))
             self._check_model(req.model)
-            routing = req.prompt if isinstance(req.prompt, str) else \
-                str(req.prompt[0]) if isinstance(req.prompt[0], str) else ""
-            return await self._generate(request, req, "text", routing)
+            routing = completions.prompt_text(req)
+            return await self._generate(request, completions.completion_job(req), req, "text",
+                                        routing)
         except Exception as exc:
-            return self._fail(request, exc, "prompt")
+            return self._fail(request, exc, completions.PROMPT_PARAM)
 
     def _check_model(self, name: str | None) -> None:
         if name is not None and name != self.model:
@@ -265,23 +179,24 @@ class OpenAIServer:
         request.scope[_LOG_KEY]["error"] = error.detail.code or error.detail.type
         return error.response()
 
-    async def _generate(self, request: Request, req: ChatCompletionRequest | CompletionRequest,
-                        kind: str, routing: str) -> Response:
-        """Starts ``req`` on a leased session (its first choice's prompt is decoded before this
-        returns, so prompt errors become plain HTTP errors) and answers it, whole or streamed."""
+    async def _generate(self, request: Request, job: GenerationJob,
+                        req: ChatCompletionRequest | CompletionRequest,
+                        kind: Literal["chat", "text"], routing: str) -> Response:
+        """Starts ``job`` (of ``req``) on a leased session (its first choice's prompt is decoded
+        before this returns, so prompt errors become plain HTTP errors) and answers it, whole
+        or streamed."""
         log: dict[str, Any] = request.scope[_LOG_KEY]
-        prompt = request_prompt(req)
-        responder = Responder("chat" if kind == "chat" else "text", self.model)
-        configs = [session_config(self.pool.config, req, i) for i in range(req.n)]
+        responder = Responder(kind, self.model)
+        configs = [job.session_config(self.pool.config, i) for i in range(job.n)]
         lease = await self.pool.acquire(routing, configs[0])
         log["slot"] = lease.slot.index
         try:
-            first = await lease.call(_starter(req, prompt), configs[0])
+            first = await lease.call(starter(job), configs[0])
         except BaseException:
             lease.release()
             raise
         log["prompt_tokens"], log["cached_tokens"] = first.prompt_tokens, first.cached_tokens
-        run = _Run(req, prompt, configs, lease, first, log, routing, responder)
+        run = GenerationRun(job, req.include_usage, configs, lease, first, log, routing, responder)
         if not req.stream:
             return await run.whole(self._cancel_on_disconnect(request, lease))
         return GenerationResponse(run.events(), lease)
@@ -293,120 +208,6 @@ class OpenAIServer:
             if message["type"] == "http.disconnect":
                 lease.cancel("the client went away")
                 return
-
-
-def _starter(req: ChatCompletionRequest | CompletionRequest,
-             prompt: Prompt) -> Callable[[Stream], Generation]:
-    """The slot-thread job that starts one choice of ``req`` on the leased stream."""
-    def start(stream: Stream) -> Generation:
-        gen = generation_for(stream, req, prompt)
-        gen.start()
-        return gen
-    return start
-
-
-class _Run:
-    """One request's choices on one lease, after its first choice started: runs the rest,
-    logs how it ended and gives the lease back (with the text it holds) exactly once per path.
-    Owned by the request's task; the lease's slot thread runs the steps."""
-
-    def __init__(self, req: ChatCompletionRequest | CompletionRequest, prompt: Prompt,
-                 configs: list[StreamConfig], lease: Lease, first: Generation, log: dict[str, Any],
-                 routing: str, responder: Responder) -> None:
-        self.req, self.prompt, self.configs = req, prompt, configs
-        self.lease, self.first, self.log = lease, first, log
-        self.routing, self.responder = routing, responder
-        self.finished: list[Generation] = []
-
-    async def choices(self) -> AsyncIterator[tuple[int, Generation, str | None]]:
-        """(index, generation, text): text None opens a choice (the live generation), then
-        each step's text with a snapshot of the generation after that step (the slot's thread
-        runs the steps ahead of the consumer: :meth:`Lease.run_steps`)."""
-        gen = self.first
-        for index in range(self.req.n):
-            if index:
-                gen = await self.lease.call(_starter(self.req, self.prompt),
-                                            self.configs[index])
-            yield index, gen, None
-            meter, counted = self.lease.pool.throughput, gen.completion_tokens
-            async for text, seen in self.lease.run_steps(_stepper(gen), lambda out: out[1].done):
-                meter.add(seen.completion_tokens - counted)
-                counted = seen.completion_tokens
-                yield index, seen, text
-            self.finished.append(gen)
-
-    def _last(self) -> Generation:
-        return self.finished[-1] if self.finished else self.first
-
-    def note_end(self, outcome: str) -> None:
-        last = self._last()
-        self.log.update(completion_tokens=sum(g.completion_tokens for g in self.finished) or
-                        last.completion_tokens, finish=last.finish_reason, outcome=outcome)
-        if last.first_token_at is not None and last.started_at is not None:
-            self.log["ttft_ms"] = round((last.first_token_at - last.started_at) * 1000, 1)
-
-    def held_text(self) -> str:
-        return self.routing + self._last().text
-
-    async def whole(self, watch: Awaitable[None]) -> Response:
-        """The non-streamed answer; ``watch`` (cancelling the lease on a disconnect) runs
-        alongside the generation."""
-        lease = self.lease
-        watcher = asyncio.ensure_future(watch)
-        try:
-            async for _ in self.choices():
-                pass
-        except Exception as exc:
-            self.note_end("cancelled" if isinstance(exc, CancelledError) else "error")
-            if isinstance(exc, CancelledError) and lease.cancel_reason is not None:
-                return ApiError(499 if "client" in lease.cancel_reason else 503,
-                                f"generation stopped: {lease.cancel_reason}",
-                                type="server_error", code="cancelled").response()
-            raise
-        finally:
-            watcher.cancel()
-            freed = lease.release(self.held_text())
-        self.note_end("ok")
-        await freed
-        return JSONResponse(self.responder.final(self.finished).model_dump(exclude_none=True))
-
-    async def events(self) -> AsyncIterator[bytes]:
-        """The server-sent events of a streamed answer."""
-        responder, lease, outcome = self.responder, self.lease, "cancelled"
-        try:
-            async for index, gen, text in self.choices():
-                if text is None:
-                    chunk = responder.first_chunk(index)
-                    if chunk is not None:
-                        yield sse(chunk)
-                elif text or gen.done or gen.step_logprobs:
-                    yield sse(responder.chunk(index, text, gen.finish_reason, gen))
-            if self.req.include_usage:
-                yield sse(responder.usage_chunk(usage_of(self.finished)))
-            await lease.release(self.held_text())
-            yield sse("[DONE]")
-            outcome = "ok"
-        except Exception as exc:
-            if isinstance(exc, CancelledError) and lease.cancel_reason is not None:
-                message = f"generation stopped: {lease.cancel_reason}"
-                yield sse(ApiError(503, message, type="server_error",
-                                   code="cancelled").body())
-            else:
-                outcome = "error"
-                yield sse(api_error(exc).body())
-        finally:
-            self.note_end(outcome)
-            lease.release(self.held_text())
-
-
-def _stepper(gen: Generation) -> Callable[[Stream], tuple[str, Generation]]:
-    """The slot-thread work of one step of ``gen``: its text, and a snapshot of ``gen`` right
-    after it (the next step may be running while the event loop reads this one's finish
-    reason, logprobs and tool calls)."""
-    def step(_stream: Stream) -> tuple[str, Generation]:
-        text = gen.step()
-        return text, copy.copy(gen)
-    return step
 
 
 def create_app(pool: SessionPool, *, model: str, max_body: int = MAX_BODY) -> ASGIApp:

@@ -18,7 +18,7 @@ session does runs on its slot's thread, and the event loop only awaits the resul
   hint: :meth:`Stream.prefill_reusing` computes the exact token prefix to keep.
 * **Settings.** Sampling settings are baked into a session when it opens, so a request with
   other settings than its slot's reopens that slot's session (on the same context: no reload).
-  Budget and stop strings are per request (:class:`~eliza_backends.openai.completions.Generation`).
+  Budget and stop strings are per request (:class:`~eliza_backends.openai.generation.Generation`).
 * **Cancel.** :meth:`Lease.cancel` stops the running step (``Session.cancel`` from the event
   loop); releasing a lease settles the slot on its thread first (a cancelled session is
   rewound with ``reset_keep``, keeping its valid prefix; a session that failed in the runtime is
@@ -63,7 +63,7 @@ from ..errors import (
     PoolClosedError,
     PoolFullError,
 )
-from ..openai.completions import serving_config, session_key
+from ..serving import SessionKey, serving_config, session_key
 from ..stream import Stream, open_stream
 from .throughput import Throughput
 
@@ -96,7 +96,7 @@ class Slot:
     index: int
     executor: ThreadPoolExecutor
     stream: Stream | None = None
-    key: tuple[tuple[str, Any], ...] = ()
+    key: SessionKey = ()
     config: StreamConfig | None = None
     text: str = ""  # what the session holds, as text (a routing hint)
     busy: bool = False
@@ -109,7 +109,7 @@ class Slot:
 class _Waiter:
     future: asyncio.Future[Slot]
     text: str
-    key: tuple[tuple[str, Any], ...]
+    key: SessionKey
 
 
 @dataclass
@@ -345,7 +345,7 @@ class SessionPool:
         slot.lease = lease
         return lease
 
-    def _pick(self, text: str, key: tuple[tuple[str, Any], ...]) -> Slot | None:
+    def _pick(self, text: str, key: SessionKey) -> Slot | None:
         best: Slot | None = None
         best_score: tuple[int, float, int] | None = None
         for slot in self.slots:

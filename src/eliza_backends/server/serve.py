@@ -38,7 +38,7 @@ from typing import IO, Any, Literal
 import uvicorn
 
 from ..config import StreamConfig
-from ..openai.completions import model_name
+from ..serving import model_name
 from .app import create_app
 from .pool import SessionPool
 

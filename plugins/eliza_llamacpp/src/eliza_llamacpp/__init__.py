@@ -2,8 +2,11 @@
 
 This module stays light: it never imports ``llama_cpp``. The runtime is imported by
 :meth:`LlamaCppFactory.open`: :mod:`eliza_llamacpp.model` loads the weights,
-:mod:`eliza_llamacpp.session` and :mod:`eliza_llamacpp.draft` translate the session and the
-draft model to llama.cpp (both import ``model``, never each other).
+:mod:`eliza_llamacpp.session` translates the session to llama.cpp through a lane
+(:mod:`eliza_llamacpp.lane`: its own context, :mod:`eliza_llamacpp.solo`, or a shared one,
+:mod:`eliza_llamacpp.batch_engine`), and :mod:`eliza_llamacpp.draft` /
+:mod:`eliza_llamacpp.mtp` are the drafters; they import ``model``, ``llama_context`` and
+``lane``, never each other.
 """
 
 from __future__ import annotations
@@ -32,11 +35,6 @@ from eliza_backends.backend import Drafter, find_artifacts
 from .options import LlamaCppOptions
 
 __version__ = "0.1.0"
-
-#: Architectures of an MTP assistant over a target's context (``gemma4-assistant``: Gemma 4's),
-#: each with the target architectures it can run over; a header probe finds them under
-#: text/draft/ without importing llama_cpp.
-MTP_ARCHITECTURES: dict[str, frozenset[str]] = {"gemma4-assistant": frozenset({"gemma4"})}
 
 _LIB_NAMES = {"linux": "libllama.so", "darwin": "libllama.dylib", "win32": "llama.dll"}
 
@@ -78,7 +76,7 @@ class LlamaCppFactory(Factory):
     def open(self, context: InferenceContext, config: StreamConfig) -> Session:
         """A session on its own ``llama_context``, or, when ``context.parallel > 1``, on one
         sequence of a context shared by ``parallel`` sessions and decoded in batched steps
-        (:mod:`eliza_llamacpp.engine`; :class:`SessionBusyError` when all are in use)."""
+        (:mod:`eliza_llamacpp.batch_engine`; :class:`SessionBusyError` when all are in use)."""
         from .model import shared_model
 
         options: LlamaCppOptions = self.parse_options(config)
@@ -103,7 +101,7 @@ class LlamaCppFactory(Factory):
 
     def _open_batched(self, context: InferenceContext, config: StreamConfig,
                       options: LlamaCppOptions, model: Any) -> Session:
-        from .engine import shared_engine
+        from .batch_engine import shared_engine
         from .session import LlamaCppSession
 
         if config.drafter == "mtp":
@@ -172,7 +170,7 @@ class LlamaCppFactory(Factory):
         """The GGUFs that are MTP assistants (``mtp``: under ``text/draft/mtp/``, where bundles
         keep them, then ``text/draft/``) or draft models (``text/draft/``), told apart by a
         header probe each; :class:`BundleError` when there are none."""
-        from .gguf_header import gguf_architecture
+        from .gguf_header import MTP_ARCHITECTURES, gguf_architecture
 
         found = find_artifacts(bundle_dir, self.formats, role="draft")
         if mtp:

@@ -1,10 +1,10 @@
 """The llama.cpp session on llama-cpp-python's low-level API.
 
 A session drives one sequence of a ``llama_context`` through a
-:class:`~eliza_llamacpp.model.Lane`: its own context (:class:`~eliza_llamacpp.solo.SoloLane`,
+:class:`~eliza_llamacpp.lane.Lane`: its own context (:class:`~eliza_llamacpp.solo.SoloLane`,
 sequence 0) or, on an :class:`InferenceContext` with ``parallel > 1``, one sequence of a
 context shared with other sessions and decoded in batched steps
-(:class:`~eliza_llamacpp.engine.SharedLane`). One sampler chain built from the
+(:class:`~eliza_llamacpp.batch_engine.SharedLane`). One sampler chain built from the
 :class:`StreamConfig` per session, and the weights shared through the context
 (:mod:`eliza_llamacpp.model`). Everything here (sampling, stop tokens, the logits hook,
 drafting) is the same on both lanes: it runs in the decode's ``then`` callback, on the rows of
@@ -56,7 +56,8 @@ from eliza_backends.backend import (
     accept_sampled,
 )
 
-from .model import Lane, LoadedModel, TargetLinkedDrafter
+from .lane import Lane, TargetLinkedDrafter
+from .model import LoadedModel
 
 #: ``llama_token_data`` as a numpy record (id, logit, p), for sampling a saved logits row.
 _TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])

@@ -1,7 +1,7 @@
 """MLX weights: an MLX folder validated and loaded with mlx-lm once per inference context.
 
-Both the session (:mod:`eliza_mlx.mlx_session`) and the draft-model drafter
-(:mod:`eliza_mlx.mlx_draft`) import this module, never each other: it owns the loading, the
+Both the session (:mod:`eliza_mlx.session`) and the draft-model drafter
+(:mod:`eliza_mlx.draft`) import this module, never each other: it owns the loading, the
 facts about the model (:class:`~eliza_backends.ModelInfo`, from the folder's Hugging Face files
 through :func:`~eliza_backends.prompt.tokenizer.tokenizer_facts`), the compute stream and the cache
 trim both use.
@@ -34,6 +34,10 @@ RUNTIME = (f"mlx {importlib.metadata.version('mlx')} / "
            f"mlx-lm {importlib.metadata.version('mlx-lm')}")
 #: Compute runs on its own stream per thread, as in mlx-lm's generate_step.
 COMPUTE_STREAM = mx.new_thread_local_stream(mx.default_device())
+#: The mlx-lm model types whose code multiplies the embeddings by ``sqrt(hidden_size)`` rounded
+#: to bfloat16 whatever the weights' dtype (``mlx_lm/models/gemma3_text.py``; ``gemma3`` wraps
+#: it): a fact of mlx-lm's code, fixed by :func:`scale_embeddings_in_weight_dtype`.
+BFLOAT16_EMBEDDING_SCALE = frozenset({"gemma3_text", "gemma3"})
 
 
 @dataclass
@@ -90,7 +94,7 @@ def scale_embeddings_in_weight_dtype(model: Any) -> bool:
     float32 bundle moved every logprob by up to 3e-2 against llama.cpp, LiteRT and transformers
     on the same weights (issue 19; with this, MLX and LiteRT agree to 6e-5). Changes nothing for
     bfloat16 weights or other architectures. True when the model was changed."""
-    if getattr(model, "model_type", None) not in ("gemma3_text", "gemma3"):
+    if getattr(model, "model_type", None) not in BFLOAT16_EMBEDDING_SCALE:
         return False
     text = getattr(model, "language_model", model)  # gemma3 wraps a gemma3_text model
     inner = getattr(text, "model", None)
@@ -145,5 +149,6 @@ def trim(cache: list[Any], n: int) -> int:
     return int(cast(Any, trim_prompt_cache(cache, n)))
 
 
-__all__ = ["COMPUTE_STREAM", "RUNTIME", "LoadedMLX", "TargetLinkedDrafter", "load_weights",
-           "scale_embeddings_in_weight_dtype", "shared_weights", "trim", "trimmable_prompt_cache"]
+__all__ = ["BFLOAT16_EMBEDDING_SCALE", "COMPUTE_STREAM", "RUNTIME", "LoadedMLX",
+           "TargetLinkedDrafter", "load_weights", "scale_embeddings_in_weight_dtype",
+           "shared_weights", "trim", "trimmable_prompt_cache"]

@@ -22,7 +22,7 @@ caches only; sliding-window ring buffers become full-length caches,
 :func:`~eliza_mlx.model.trimmable_prompt_cache`): prefill keeps the prompt's last token back in
 ``_pending``. A round drafts ``k`` tokens (the core's
 :class:`~eliza_backends.runtime.speculative.NgramDrafter`, a draft MLX folder from
-``text/draft/``, :mod:`eliza_mlx.mlx_draft`, or Gemma 4's MTP assistant, :mod:`eliza_mlx.mtp`,
+``text/draft/``, :mod:`eliza_mlx.draft`, or Gemma 4's MTP assistant, :mod:`eliza_mlx.mtp`,
 through which every forward pass of the model then runs: it drafts from the target's hidden
 states and KV cache), runs ``[pending, d1..dk]`` through the model in
 one call (logits for every position; ``[d1..dk]`` when the last token was already fed ahead and
@@ -69,6 +69,7 @@ from eliza_backends.backend import Drafter, accept_greedy
 
 from .mlx_thread import on_mlx_thread
 from .model import COMPUTE_STREAM, LoadedMLX, TargetLinkedDrafter, trim, trimmable_prompt_cache
+from .session_hooks import TokenizerHooks, cut_lazy_cache
 
 _SLOT_MAGIC = b"ELZMLX01"
 _SLOT_HEAD = struct.Struct("<8sIQ")  # magic, cached tokens, prompt-cache file length
@@ -89,7 +90,7 @@ class _Round:
     made: int = 0
 
 
-class MLXSession(Session):
+class MLXSession(TokenizerHooks, Session):
     """An mlx-lm generation: one prompt cache (KV per layer) on the shared model."""
 
     backend_name = "mlx-coreml"
@@ -98,6 +99,7 @@ class MLXSession(Session):
     def __init__(self, loaded: LoadedMLX, config: StreamConfig,
                  context: InferenceContext | None, drafter: Drafter | None = None) -> None:
         self._loaded = loaded
+        self._tokenizer = loaded.tokenizer
         self._speculative = drafter is not None
         # every forward pass of the model: through a drafter that reads the target's own state
         # when there is one (it stages the hidden states it drafts from)
@@ -459,30 +461,17 @@ class MLXSession(Session):
             self._undo_ahead()
         if self._stale:
             return False
-        drop = self._n_kv - n_keep
-        if drop > 0:
-            if not can_trim_prompt_cache(self._cache):
-                return False
-            if trim(self._cache, drop) != drop:
-                return False
-            self._n_kv = n_keep
-            self._pending = None
-        elif drop == 0:
-            self._pending = None
-        elif drop == -1:  # the one history token the cache lacks is fed with the next prefill
-            self._pending = self._sequence[n_keep - 1]
-        else:
+        cache = self._cache
+        done, pending = cut_lazy_cache(
+            self._n_kv, n_keep, self._sequence,
+            lambda k: bool(can_trim_prompt_cache(cache)) and trim(cache, k) == k)
+        if not done:
             return False
+        self._n_kv = min(self._n_kv, n_keep)
+        self._pending = pending
         self._logits = self._y = None
         self._seed()
         return True
-
-    def _token_bytes(self, token_id: int) -> bytes:
-        return self._loaded.tokenizer.piece(token_id)
-
-    def _tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
-        return self._loaded.tokenizer.encode(text, add_special=add_special,
-                                             parse_special=parse_special)
 
     # ------------------------------------------------------------------ slots
 

@@ -1,0 +1,44 @@
+"""The ``/v1/chat/completions`` front-end: a :class:`ChatCompletionRequest` in the core's terms.
+
+:func:`chat_job` makes the request's :class:`~.generation.GenerationJob` (its messages as
+template dicts, its sampling, budget, stop strings, ``response_format`` / ``logprobs`` output
+spec and tools); :func:`prompt_text` renders the messages as the text a pooled server routes
+by. The responses are formatted by :class:`~.formatting.Responder` ``("chat", ...)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..errors import UnsupportedOperationError
+from ..prompt.chat import render_chat
+from .generation import GenerationJob
+from .types import ChatCompletionRequest, request_output
+
+#: The request field a prompt error names.
+PROMPT_PARAM = "messages"
+
+
+def chat_job(request: ChatCompletionRequest) -> GenerationJob:
+    """The core's job of ``request``; a malformed ``response_format``, ``tools`` or
+    ``tool_choice`` is a :class:`~eliza_backends.errors.RequestError` naming the field."""
+    output, tools = request_output(request)
+    return GenerationJob(prompt=[m.for_template() for m in request.messages], sampling=request,
+                         max_tokens=request.token_budget, stop=request.stop_strings,
+                         output=output, tools=tools, tool_choice=request.tool_choice,
+                         n=request.n)
+
+
+def prompt_text(request: ChatCompletionRequest, template: str | None,
+                template_tokens: Mapping[str, str], model: str) -> str:
+    """``request``'s messages rendered with the model's chat ``template`` (and its special
+    tokens), as a routing hint; :class:`UnsupportedOperationError` when the model ``model``
+    has no template."""
+    if not template:
+        raise UnsupportedOperationError(
+            f"the model {model!r} ships no chat template; use /v1/completions")
+    return render_chat(template, [m.for_template() for m in request.messages],
+                       add_generation_prompt=True, **template_tokens)
+
+
+__all__ = ["PROMPT_PARAM", "chat_job", "prompt_text"]

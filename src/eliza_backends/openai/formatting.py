@@ -1,0 +1,149 @@
+"""The OpenAI response shapes of finished and running generations.
+
+:class:`Responder` builds one response's objects from the core's :class:`Generation` s: the
+chunks of a streamed response (chat: ``chat.completion.chunk``; text: ``text_completion``) and
+the final object of a non-streamed one, with the choices' messages (:func:`assistant_message`:
+text or tool calls), logprobs (:func:`chat_logprobs`, the legacy :func:`text_logprobs`) and
+usage (:func:`usage_of`). Both OpenAI front-ends, in process (:mod:`.local`) and over HTTP
+(:mod:`eliza_backends.server.app`), format through it, so their answers are identical.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from ..structured.logprobs import TokenLogprob
+from .generation import Generation
+from .types import (
+    AssistantMessage,
+    ChatChoice,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChoiceDelta,
+    ChoiceLogprobs,
+    ChunkChoice,
+    Completion,
+    CompletionChoice,
+    CompletionLogprobs,
+    FunctionCall,
+    LogprobItem,
+    OpenAIFinishReason,
+    PromptTokensDetails,
+    ToolCall,
+    ToolCallDelta,
+    TopLogprobItem,
+    Usage,
+    completion_id,
+    now,
+)
+
+
+class Responder:
+    """Builds one response's OpenAI objects: the chunks of a streamed response and the final
+    object of a non-streamed one. ``kind`` is ``"chat"`` or ``"text"``; ``model`` is the id
+    the response names."""
+
+    def __init__(self, kind: Literal["chat", "text"], model: str) -> None:
+        self.kind = kind
+        self.model = model
+        self.id = completion_id("chatcmpl" if kind == "chat" else "cmpl")
+        self.created = now()
+
+    def first_chunk(self, index: int) -> ChatCompletionChunk | None:
+        """The chunk that opens choice ``index`` (chat: the assistant role; text: none)."""
+        if self.kind != "chat":
+            return None
+        return ChatCompletionChunk(id=self.id, created=self.created, model=self.model,
+                                   choices=[ChunkChoice(index=index, delta=ChoiceDelta(
+                                       role="assistant", content=""))])
+
+    def chunk(self, index: int, text: str, finish: OpenAIFinishReason | None,
+              generation: Generation | None = None) -> ChatCompletionChunk | Completion:
+        """A chunk adding ``text`` to choice ``index`` (``finish``: it is the choice's last),
+        with ``generation``'s last step's logprobs and, in the last chunk, its tool calls."""
+        gen = generation
+        step_lp = gen.step_logprobs if gen is not None and gen.logprobs is not None else None
+        if self.kind == "chat":
+            calls = [ToolCallDelta(index=i, **c) for i, c in enumerate(gen.tool_calls)] \
+                if gen is not None and gen.tool_calls and finish else None
+            delta = ChoiceDelta(content=text or None, tool_calls=calls)
+            return ChatCompletionChunk(id=self.id, created=self.created, model=self.model,
+                                       choices=[ChunkChoice(
+                                           index=index, delta=delta, finish_reason=finish,
+                                           logprobs=chat_logprobs(step_lp))])
+        return Completion(id=self.id, created=self.created, model=self.model,
+                          choices=[CompletionChoice(index=index, text=text,
+                                                    finish_reason=finish,
+                                                    logprobs=text_logprobs(step_lp))])
+
+    def usage_chunk(self, usage: Usage) -> ChatCompletionChunk | Completion:
+        """The last chunk of a stream with ``include_usage``: no choices, the usage."""
+        if self.kind == "chat":
+            return ChatCompletionChunk(id=self.id, created=self.created, model=self.model,
+                                       choices=[], usage=usage)
+        return Completion(id=self.id, created=self.created, model=self.model, choices=[],
+                          usage=usage)
+
+    def final(self, generations: Sequence[Generation]) -> ChatCompletion | Completion:
+        """The non-streamed response of finished ``generations`` (one per choice)."""
+        usage = usage_of(generations)
+        if self.kind == "chat":
+            return ChatCompletion(
+                id=self.id, created=self.created, model=self.model, usage=usage,
+                choices=[ChatChoice(index=i, message=assistant_message(g),
+                                    finish_reason=g.finish_reason or "stop",
+                                    logprobs=chat_logprobs(g.logprobs))
+                         for i, g in enumerate(generations)])
+        return Completion(
+            id=self.id, created=self.created, model=self.model, usage=usage,
+            choices=[CompletionChoice(index=i, text=g.text, finish_reason=g.finish_reason
+                                      or "stop", logprobs=text_logprobs(g.logprobs))
+                     for i, g in enumerate(generations)])
+
+
+def assistant_message(gen: Generation) -> AssistantMessage:
+    """The message of a finished chat generation: its tool calls, or its text."""
+    if gen.tool_calls:
+        return AssistantMessage(content=None, tool_calls=[
+            ToolCall(id=c["id"], function=FunctionCall(**c["function"]))
+            for c in gen.tool_calls])
+    return AssistantMessage(content=gen.content if gen.holds_reply else gen.text)
+
+
+def chat_logprobs(entries: Sequence[TokenLogprob] | None) -> ChoiceLogprobs | None:
+    """OpenAI's chat ``logprobs`` of ``entries`` (None when none were asked for)."""
+    if entries is None:
+        return None
+    return ChoiceLogprobs(content=[LogprobItem(
+        token=e.text, logprob=e.logprob, bytes=list(e.piece),
+        top_logprobs=[TopLogprobItem(token=t.text, logprob=t.logprob, bytes=list(t.piece))
+                      for t in e.top]) for e in entries])
+
+
+def text_logprobs(entries: Sequence[TokenLogprob] | None) -> CompletionLogprobs | None:
+    """The legacy completions ``logprobs`` of ``entries`` (None when none were asked for)."""
+    if entries is None:
+        return None
+    offsets, at = [], 0
+    for e in entries:
+        offsets.append(at)
+        at += len(e.text)
+    return CompletionLogprobs(
+        tokens=[e.text for e in entries], token_logprobs=[e.logprob for e in entries],
+        top_logprobs=[{t.text: t.logprob for t in e.top} for e in entries],
+        text_offset=offsets)
+
+
+def usage_of(generations: Sequence[Generation]) -> Usage:
+    """Usage of a response: the prompt once, the completions of every choice."""
+    first = generations[0] if generations else None
+    prompt = first.prompt_tokens if first else 0
+    completion_total = sum(g.completion_tokens for g in generations)
+    return Usage(prompt_tokens=prompt, completion_tokens=completion_total,
+                 total_tokens=prompt + completion_total,
+                 prompt_tokens_details=PromptTokensDetails(
+                     cached_tokens=first.cached_tokens if first else 0))
+
+
+__all__ = ["Responder", "assistant_message", "chat_logprobs", "text_logprobs", "usage_of"]

@@ -1,0 +1,178 @@
+"""One request's generation on a leased session: the core driven on the slot's thread, its
+answer whole or as server-sent events.
+
+A route turns its request into the core's :class:`~eliza_backends.openai.generation.GenerationJob`,
+leases a session and starts the first choice (:func:`starter`, on the slot's thread), then hands
+the rest to a :class:`GenerationRun`: it runs the job's choices step by step on the slot's
+thread (:meth:`Lease.run_steps`), formats them with the route's :class:`Formatter` (the OpenAI
+routes': :class:`~eliza_backends.openai.formatting.Responder`; a later front-end brings its own)
+and gives the lease back exactly once, however the answer ends (finished, failed, cancelled,
+the client gone: :class:`GenerationResponse`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, Protocol
+
+from pydantic import BaseModel
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from ..config import StreamConfig
+from ..errors import CancelledError
+from ..openai.formatting import usage_of
+from ..openai.generation import Generation, GenerationJob
+from ..openai.types import OpenAIFinishReason, Usage
+from ..stream import Stream
+from .api_errors import ApiError, api_error, sse
+from .pool import Lease
+
+
+class Formatter(Protocol):
+    """What a route's answer looks like: the objects of a streamed answer (each sent as one
+    event) and of a whole one (see :class:`~eliza_backends.openai.formatting.Responder`)."""
+
+    def first_chunk(self, index: int) -> BaseModel | None: ...
+
+    def chunk(self, index: int, text: str, finish: OpenAIFinishReason | None,
+              generation: Generation | None = None) -> BaseModel: ...
+
+    def usage_chunk(self, usage: Usage) -> BaseModel: ...
+
+    def final(self, generations: Sequence[Generation]) -> BaseModel: ...
+
+
+class GenerationResponse(StreamingResponse):
+    """A server-sent-events response that releases its lease however the response ends
+    (finished, client gone before the first byte, server shutting down)."""
+
+    def __init__(self, content: AsyncIterator[bytes], lease: Lease) -> None:
+        super().__init__(content, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self.lease = lease
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if not self.lease.released:  # ended before the events did: the client went away
+                self.lease.cancel("the client went away")
+                self.lease.release()
+
+
+def starter(job: GenerationJob) -> Callable[[Stream], Generation]:
+    """The slot-thread work that starts one choice of ``job`` on the leased stream."""
+    def start(stream: Stream) -> Generation:
+        gen = Generation.of_job(stream, job)
+        gen.start()
+        return gen
+    return start
+
+
+class GenerationRun:
+    """One request's choices on one lease, after its first choice started: runs the rest,
+    logs how it ended and gives the lease back (with the text it holds) exactly once per path.
+    Owned by the request's task; the lease's slot thread runs the steps."""
+
+    def __init__(self, job: GenerationJob, include_usage: bool, configs: list[StreamConfig],
+                 lease: Lease, first: Generation, log: dict[str, Any], routing: str,
+                 responder: Formatter) -> None:
+        self.job, self.include_usage, self.configs = job, include_usage, configs
+        self.lease, self.first, self.log = lease, first, log
+        self.routing, self.responder = routing, responder
+        self.finished: list[Generation] = []
+
+    async def choices(self) -> AsyncIterator[tuple[int, Generation, str | None]]:
+        """(index, generation, text): text None opens a choice (the live generation), then
+        each step's text with a snapshot of the generation after that step (the slot's thread
+        runs the steps ahead of the consumer: :meth:`Lease.run_steps`)."""
+        gen = self.first
+        for index in range(self.job.n):
+            if index:
+                gen = await self.lease.call(starter(self.job), self.configs[index])
+            yield index, gen, None
+            meter, counted = self.lease.pool.throughput, gen.completion_tokens
+            async for text, seen in self.lease.run_steps(_stepper(gen), lambda out: out[1].done):
+                meter.add(seen.completion_tokens - counted)
+                counted = seen.completion_tokens
+                yield index, seen, text
+            self.finished.append(gen)
+
+    def _last(self) -> Generation:
+        return self.finished[-1] if self.finished else self.first
+
+    def note_end(self, outcome: str) -> None:
+        last = self._last()
+        self.log.update(completion_tokens=sum(g.completion_tokens for g in self.finished) or
+                        last.completion_tokens, finish=last.finish_reason, outcome=outcome)
+        if last.first_token_at is not None and last.started_at is not None:
+            self.log["ttft_ms"] = round((last.first_token_at - last.started_at) * 1000, 1)
+
+    def held_text(self) -> str:
+        return self.routing + self._last().text
+
+    async def whole(self, watch: Awaitable[None]) -> Response:
+        """The non-streamed answer; ``watch`` (cancelling the lease on a disconnect) runs
+        alongside the generation."""
+        lease = self.lease
+        watcher = asyncio.ensure_future(watch)
+        try:
+            async for _ in self.choices():
+                pass
+        except Exception as exc:
+            self.note_end("cancelled" if isinstance(exc, CancelledError) else "error")
+            if isinstance(exc, CancelledError) and lease.cancel_reason is not None:
+                return ApiError(499 if "client" in lease.cancel_reason else 503,
+                                f"generation stopped: {lease.cancel_reason}",
+                                type="server_error", code="cancelled").response()
+            raise
+        finally:
+            watcher.cancel()
+            freed = lease.release(self.held_text())
+        self.note_end("ok")
+        await freed
+        return JSONResponse(self.responder.final(self.finished).model_dump(exclude_none=True))
+
+    async def events(self) -> AsyncIterator[bytes]:
+        """The server-sent events of a streamed answer."""
+        responder, lease, outcome = self.responder, self.lease, "cancelled"
+        try:
+            async for index, gen, text in self.choices():
+                if text is None:
+                    chunk = responder.first_chunk(index)
+                    if chunk is not None:
+                        yield sse(chunk)
+                elif text or gen.done or gen.step_logprobs:
+                    yield sse(responder.chunk(index, text, gen.finish_reason, gen))
+            if self.include_usage:
+                yield sse(responder.usage_chunk(usage_of(self.finished)))
+            await lease.release(self.held_text())
+            yield sse("[DONE]")
+            outcome = "ok"
+        except Exception as exc:
+            if isinstance(exc, CancelledError) and lease.cancel_reason is not None:
+                message = f"generation stopped: {lease.cancel_reason}"
+                yield sse(ApiError(503, message, type="server_error",
+                                   code="cancelled").body())
+            else:
+                outcome = "error"
+                yield sse(api_error(exc).body())
+        finally:
+            self.note_end(outcome)
+            lease.release(self.held_text())
+
+
+def _stepper(gen: Generation) -> Callable[[Stream], tuple[str, Generation]]:
+    """The slot-thread work of one step of ``gen``: its text, and a snapshot of ``gen`` right
+    after it (the next step may be running while the event loop reads this one's finish
+    reason, logprobs and tool calls)."""
+    def step(_stream: Stream) -> tuple[str, Generation]:
+        text = gen.step()
+        return text, copy.copy(gen)
+    return step
+
+
+__all__ = ["Formatter", "GenerationResponse", "GenerationRun", "starter"]
