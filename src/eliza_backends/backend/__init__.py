@@ -25,6 +25,7 @@ first use).
 from __future__ import annotations
 
 from ..bundle import find_artifacts
+from ..media import MediaItem
 from ..prompt.hf_tokenizer import HFTokenizer
 from ..prompt.sp_tokenizer import SPTokenizer
 from ..prompt.tokenizer import Tokenizer, TokenizerFacts, tokenizer_facts
@@ -47,7 +48,7 @@ from .hookspecs import hookimpl
 from .model_info import ModelInfo
 from .native_output import native_exit_to_logging, native_stderr_to_logging, quiet_by_default
 from .session import Session
-from .types import Availability, Capabilities, Decoded, FinishReason, Step
+from .types import Availability, Capabilities, Decoded, FinishReason, MediaSpan, MediaTokens, Step
 
 __all__ = [
     "GATHER_WINDOW_S",
@@ -61,6 +62,9 @@ __all__ = [
     "HFTokenizer",
     "InferenceContext",
     "KVCursor",
+    "MediaItem",
+    "MediaSpan",
+    "MediaTokens",
     "ModelDrafter",
     "ModelInfo",
     "NgramDrafter",

@@ -96,8 +96,49 @@ class LlamaCppFactory(Factory):
                                    linked=lambda ctx: MtpDrafter(assistant, model, ctx, config,
                                                                  options))
         drafter = self.make_drafter(context, config, model.info)
-        return LlamaCppSession(model, config, SoloLane(model, config, options), context,
-                               drafter)
+        lane = SoloLane(model, config, options)
+        try:
+            media = self._media_feeder(context, config, model, lane)
+        except BaseException:
+            lane.close()
+            raise
+        return LlamaCppSession(model, config, lane, context, drafter, media=media)
+
+    def _media_feeder(self, context: InferenceContext, config: StreamConfig, model: Any,
+                      lane: Any) -> Any:
+        """Images / audio through the bundle's projector (loaded on the first media item), or
+        None when the bundle has none."""
+        import llama_cpp as lc
+
+        from .mtmd import (
+            MediaFeeder,
+            find_projector,
+            processor_image_tokens,
+            projector_kinds,
+            shared_projector,
+        )
+
+        path = find_projector(context.bundle_dir)
+        kinds = frozenset(projector_kinds(context.bundle_dir))
+        if path is None or not kinds:
+            return None
+        placeholders = {}
+        for kind, text in (("image", b"<|image|>"), ("audio", b"<|audio|>")):
+            buf = (lc.llama_token * 4)()
+            if lc.llama_tokenize(model.vocab, text, len(text), buf, 4, False, True) == 1:
+                placeholders[kind] = int(buf[0])
+        options: LlamaCppOptions = self.parse_options(config)
+        budget = options.image_max_tokens or processor_image_tokens(context.bundle_dir)
+        return MediaFeeder(lambda: shared_projector(context, path, model, config.threads,
+                                                    budget),
+                           kinds, placeholders, lc.llama_n_ubatch(lane.ctx))
+
+    def media(self, bundle_dir: str | os.PathLike[str]) -> dict[str, str]:
+        """The kinds the bundle's projector (``text/mmproj/*.gguf``) encodes (a metadata
+        probe); sessions with ``drafter="mtp"`` take none."""
+        from .mtmd import projector_kinds
+
+        return projector_kinds(bundle_dir)
 
     def _open_batched(self, context: InferenceContext, config: StreamConfig,
                       options: LlamaCppOptions, model: Any) -> Session:
@@ -112,7 +153,8 @@ class LlamaCppFactory(Factory):
         lane = shared_engine(context, model, config, options).open_lane()
         try:
             drafter = self.make_drafter(context, config, model.info)
-            return LlamaCppSession(model, config, lane, context, drafter)
+            media = self._media_feeder(context, config, model, lane)
+            return LlamaCppSession(model, config, lane, context, drafter, media=media)
         except BaseException:
             lane.close()
             raise

@@ -178,7 +178,11 @@ class BatchEngine:
         """``llama_decode(ctx, batch)`` on the decoding thread. Returns only once the decode has
         finished, even when the waiting thread is interrupted (the batch is refilled for the next
         step as soon as this returns); the interrupt is raised after."""
-        future = self._decoder.submit(lc.llama_decode, self.ctx, batch)
+        return self.on_own_thread(lambda: lc.llama_decode(self.ctx, batch))
+
+    def on_own_thread(self, call: Callable[[], int]) -> int:
+        """``call()`` on the decoding thread (see :meth:`_decode_on_own_thread`)."""
+        future = self._decoder.submit(call)
         interrupted: BaseException | None = None
         while True:
             try:
@@ -265,6 +269,17 @@ class SharedLane:
             return then(piece.last_row)
 
         return engine.scheduler.submit(seq, tokens, start, n_out, done, cancelled)
+
+    def media(self, start: int, run: Callable[[Any, int, int], int], mark: int) -> int:
+        """See :meth:`eliza_llamacpp.lane.Lane.media`: between steps, on the engine's
+        decoding thread; the positions are cached as ``mark``."""
+        engine, seq = self.engine, self.seq
+        with engine.scheduler.exclusive():
+            end = engine.on_own_thread(lambda: run(engine.ctx, seq, start))
+            cached = engine.cached[seq]
+            del cached[start:]
+            cached.extend([mark] * (end - start))
+        return end
 
     def drop(self, p0: int) -> bool:
         """See :meth:`eliza_llamacpp.lane.Lane.drop`."""

@@ -72,6 +72,15 @@ class Lane(Protocol):
         :class:`~eliza_backends.BackendRuntimeError` when llama.cpp fails."""
         ...
 
+    def media(self, start: int, run: Callable[[Any, int, int], int], mark: int) -> int:
+        """Decode a media block at ``start``: ``run(ctx, seq_id, start)`` does it (libmtmd's
+        encoder and embedding decode) and returns the next position, which this returns. On
+        a shared context it runs alone, between steps, on the decoding thread, and its
+        positions are recorded as ``mark`` (a negative id derived from the media's digest,
+        never a token), so a prefix is shared with another sequence only where that one holds
+        the same media at the same place."""
+        ...
+
     def drop(self, p0: int) -> bool:
         """Drop the positions ``p0..`` of the sequence (False: llama.cpp cannot)."""
         ...

@@ -108,6 +108,17 @@ class SoloLane:
             if self.abort is not None:
                 lc.llama_set_abort_callback(ctx, lc.ggml_abort_callback(), None)
 
+    def media(self, start: int, run: Callable[[Any, int, int], int], mark: int) -> int:
+        """See :meth:`eliza_llamacpp.lane.Lane.media` (cancellable inside ``llama_decode``)."""
+        ctx = self.ctx
+        if self.abort is not None:
+            lc.llama_set_abort_callback(ctx, self.abort, None)
+        try:
+            return run(ctx, 0, start)
+        finally:
+            if self.abort is not None:
+                lc.llama_set_abort_callback(ctx, lc.ggml_abort_callback(), None)
+
     def drop(self, p0: int) -> bool:
         """See :meth:`eliza_llamacpp.lane.Lane.drop`."""
         return bool(lc.llama_memory_seq_rm(self.mem, 0, p0, -1))

@@ -50,14 +50,34 @@ class LoadedMLX:
     info: ModelInfo
 
 
+def _load_model(folder: MLXFolder, tokenizer: HFTokenizer) -> Any:
+    """mlx-lm's model, or for a multimodal Gemma 4 folder mlx-vlm's (:mod:`.vlm`), wrapped to
+    be called the same way."""
+    from .vlm import MARKERS, load_vlm, multimodal_kinds
+
+    kinds = multimodal_kinds(folder.path)
+    if not kinds:
+        model, _config = load_model(folder.path)
+        return model
+    ids = {text: tokenizer.token_id(text) for kind in kinds for text in MARKERS[kind]}
+    missing = [text for text, i in ids.items() if i is None]
+    if missing:
+        raise BundleError(f"{folder.path}: config.json has media towers but tokenizer.json "
+                          f"lacks the tokens {missing}")
+    return load_vlm(folder.path, {k: int(v) for k, v in ids.items() if v is not None})
+
+
 @on_mlx_thread
 def load_weights(folder: MLXFolder) -> LoadedMLX:
-    """Load an already validated MLX folder with mlx-lm (errors become :class:`BundleError`)."""
+    """Load an already validated MLX folder with mlx-lm, or mlx-vlm for a multimodal one
+    (errors become :class:`BundleError`)."""
     tokenizer = HFTokenizer.from_file(folder.path / "tokenizer.json")
     try:
-        model, _config = load_model(folder.path)
+        model = _load_model(folder, tokenizer)
+    except BundleError:
+        raise
     except Exception as exc:
-        raise BundleError(f"mlx-lm could not load {folder.path}: {type(exc).__name__}: {exc} "
+        raise BundleError(f"mlx could not load {folder.path}: {type(exc).__name__}: {exc} "
                           "(unsupported architecture, or weights that do not match config.json)"
                           ) from None
     scale_embeddings_in_weight_dtype(model)

@@ -253,6 +253,9 @@ def check_mlx_folder(path: Path) -> MLXFolder:
                                                  path / "config.json"),
                      weight_files=weights)
 
+#: The model types whose vision and audio towers this plugin runs through mlx-vlm (``vlm.py``
+#: implements Gemma 4's processor and mask): a runtime fact, as a table.
+MLX_VLM_MODEL_TYPES = frozenset({"gemma4"})
 
 #: MTP assistants (``model_type``) mlx-vlm drafts with, each with the mlx-lm target model types
 #: whose hidden states and KV cache it reads.
@@ -281,5 +284,18 @@ def check_mtp_assistant(assistant: MLXFolder, target: MLXFolder) -> None:
                           f"target {target.path.name} has {hidden}: it belongs to another model")
 
 
-__all__ = ["MTP_ASSISTANTS", "MLXFolder", "RuntimeStatus", "check_mlx_folder",
-           "check_mtp_assistant", "coreml_status", "mlx_status"]
+def multimodal_kinds(folder: Path) -> frozenset[str]:
+    """The media kinds a Gemma 4 MLX folder's config.json carries towers for (no load)."""
+    try:
+        cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return frozenset()
+    if cfg.get("model_type") not in MLX_VLM_MODEL_TYPES:
+        return frozenset()
+    return frozenset(k for k, key in (("image", "vision_config"), ("audio", "audio_config"))
+                     if isinstance(cfg.get(key), dict))
+
+
+__all__ = ["MLX_VLM_MODEL_TYPES", "MTP_ASSISTANTS", "MLXFolder", "RuntimeStatus",
+           "check_mlx_folder", "check_mtp_assistant", "coreml_status", "mlx_status",
+           "multimodal_kinds"]

@@ -65,7 +65,7 @@ from eliza_backends import (
     StreamConfig,
     UnsupportedOperationError,
 )
-from eliza_backends.backend import Drafter, accept_greedy
+from eliza_backends.backend import Drafter, MediaItem, MediaTokens, accept_greedy
 
 from .mlx_thread import on_mlx_thread
 from .model import COMPUTE_STREAM, LoadedMLX, TargetLinkedDrafter, trim, trimmable_prompt_cache
@@ -142,9 +142,10 @@ class MLXSession(TokenizerHooks, Session):
     @property
     def capabilities(self) -> Capabilities:
         drafters = {"none", "ngram", "model", "mtp"} if self._trimmable else {"none"}
+        kinds = getattr(self._loaded.model, "kinds", None)  # a multimodal folder (eliza_mlx.vlm)
         return Capabilities(token_input=True, prefix_reuse=True, slots=True,
                             cancel_prefill=False, sampling=True, drafters=frozenset(drafters),
-                            logits=True)
+                            logits=True, media=kinds() if kinds is not None else frozenset())
 
     def _new_cache(self) -> list[Any]:
         """An empty prompt cache; full-length when speculating (trimmable at any length)."""
@@ -220,9 +221,12 @@ class MLXSession(TokenizerHooks, Session):
                     return
                 tail = self._tail(history + token_ids) if self._processors else None
                 self._launch(out[:, -1, :], tail)
-                if self._trimmable:  # queue the first token's forward pass now, as
-                    y, logits = self._y, self._logits  # generate_step does (undone by
-                    nxt = model(y[None], cache=cache)[:, -1, :]  # _undo_ahead)
+                # queue the first token's forward pass now, as generate_step does (undone
+                # by _undo_ahead, so only while the cache can be trimmed: a sliding layer's
+                # past its window cannot, e.g. after an image block before more media)
+                if self._trimmable and can_trim_prompt_cache(cache):
+                    y, logits = self._y, self._logits
+                    nxt = model(y[None], cache=cache)[:, -1, :]
                     self._n_kv += 1
                     self._launch(nxt, self._tail(history + token_ids, y)
                                  if self._processors else None)
@@ -234,6 +238,35 @@ class MLXSession(TokenizerHooks, Session):
             self._rollback(start)
             raise
         self._pending = None
+
+    @on_mlx_thread
+    def _media_tokens(self, item: MediaItem) -> MediaTokens:
+        with mx.stream(COMPUTE_STREAM):
+            begin, soft, count, end, prepared = self._model.media_tokens(item.kind, item.data)
+        return MediaTokens(before=(begin,), placeholder=soft, count=count, after=(end,),
+                           handle=prepared)
+
+    @on_mlx_thread
+    def _prefill_media(self, item: MediaItem, tokens: MediaTokens) -> None:
+        if self._stale:
+            raise BackendRuntimeError("the MLX prompt cache was lost by an interrupted call; "
+                                      "call reset() before prefilling again")
+        self._undo_ahead()
+        start = self._n_kv
+        try:
+            with mx.stream(COMPUTE_STREAM):
+                if self._pending is not None:  # the last sampled token goes in first
+                    self._model(mx.array([self._pending], dtype=mx.uint32)[None],
+                                cache=self._cache)
+                    self._n_kv += 1
+                    self._pending = None
+                self._raise_if_cancelled()
+                self._model.prefill_embeddings(tokens.handle, self._cache)
+                self._n_kv += tokens.count
+                self._logits = self._y = None  # the end marker's prefill samples next
+        except BaseException:
+            self._rollback(start)
+            raise
 
     def _undo_ahead(self) -> None:
         """Take the token prefill fed ahead back out of the cache (nothing consumed it)."""
