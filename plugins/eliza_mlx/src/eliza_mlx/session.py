@@ -103,7 +103,7 @@ class MLXSession(TokenizerHooks, Session):
         self._speculative = drafter is not None
         # every forward pass of the model: through a drafter that reads the target's own state
         # when there is one (it stages the hidden states it drafts from)
-        self._model: Callable[..., Any] = drafter.target_forward \
+        self._model: Any = drafter.target_forward \
             if isinstance(drafter, TargetLinkedDrafter) else loaded.model
         self._cache: list[Any] = self._new_cache()
         self._trimmable = bool(can_trim_prompt_cache(self._cache))
