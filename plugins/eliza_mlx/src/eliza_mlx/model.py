@@ -9,7 +9,6 @@ trim both use.
 
 from __future__ import annotations
 
-import importlib.metadata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, cast, runtime_checkable
@@ -25,13 +24,13 @@ from mlx_lm.models.cache import (  # type: ignore[import-not-found,unused-ignore
 from mlx_lm.utils import load_model  # type: ignore[import-not-found,unused-ignore]
 
 from eliza_backends import BundleError, InferenceContext, ModelInfo
-from eliza_backends.backend import Drafter, HFTokenizer, tokenizer_facts
+from eliza_backends.backend import Drafter, HFTokenizer, distribution_version, tokenizer_facts
 
 from .mlx_thread import on_mlx_thread
 from .probe import MLXFolder, check_mlx_folder
 
-RUNTIME = (f"mlx {importlib.metadata.version('mlx')} / "
-           f"mlx-lm {importlib.metadata.version('mlx-lm')}")
+RUNTIME = (f"mlx {distribution_version('mlx') or 'unknown'} / "
+           f"mlx-lm {distribution_version('mlx-lm') or 'unknown'}")
 #: Compute runs on its own stream per thread, as in mlx-lm's generate_step.
 COMPUTE_STREAM = mx.new_thread_local_stream(mx.default_device())
 #: The mlx-lm model types whose code multiplies the embeddings by ``sqrt(hidden_size)`` rounded
@@ -140,14 +139,17 @@ def shared_weights(context: InferenceContext, path: Path) -> LoadedMLX:
     return context.shared(("mlx", str(path)), lambda: load_weights(folder))
 
 
-def trimmable_prompt_cache(model: Any) -> list[Any]:
-    """mlx-lm's prompt cache for ``model`` with every sliding-window ring buffer
-    (``RotatingKVCache`` without kept tokens) made a full-length ``KVCache``: trimmable at any
-    length (a ring buffer is only while it holds less than its window), which a speculative
-    session needs. Exact: mlx-lm's masks cut the window by position on a ``KVCache``; memory
+def new_prompt_cache(model: Any, speculative: bool) -> list[Any]:
+    """mlx-lm's prompt cache for ``model``; ``speculative``: with every sliding-window ring
+    buffer (``RotatingKVCache`` without kept tokens) made a full-length ``KVCache``, trimmable
+    at any length (a ring buffer is only while it holds less than its window), which verifying
+    drafts needs. Exact: mlx-lm's masks cut the window by position on a ``KVCache``; memory
     grows with the context instead of the window."""
+    cache = make_prompt_cache(model)
+    if not speculative:
+        return cast(list[Any], cache)
     return [KVCache() if type(c) is RotatingKVCache and getattr(c, "keep", 0) == 0  # type: ignore[no-untyped-call,unused-ignore]
-            else c for c in make_prompt_cache(model)]
+            else c for c in cache]
 
 
 @runtime_checkable
@@ -169,6 +171,15 @@ def trim(cache: list[Any], n: int) -> int:
     return int(cast(Any, trim_prompt_cache(cache, n)))
 
 
-__all__ = ["BFLOAT16_EMBEDDING_SCALE", "COMPUTE_STREAM", "RUNTIME", "LoadedMLX",
-           "TargetLinkedDrafter", "load_weights", "scale_embeddings_in_weight_dtype",
-           "shared_weights", "trim", "trimmable_prompt_cache"]
+__all__ = [
+    "BFLOAT16_EMBEDDING_SCALE",
+    "COMPUTE_STREAM",
+    "RUNTIME",
+    "LoadedMLX",
+    "TargetLinkedDrafter",
+    "load_weights",
+    "new_prompt_cache",
+    "scale_embeddings_in_weight_dtype",
+    "shared_weights",
+    "trim",
+]

@@ -13,7 +13,7 @@ The target stays mlx-lm's model (the session's, loaded once per context): mlx-lm
 cache through :meth:`MLXMtpDrafter.target_forward`, which runs the text model for the final
 (normed) hidden states, stages them, and applies mlx-lm's output head (tied embedding or
 ``lm_head``, then the logit soft-cap) for the session. The session keeps full-length caches
-(:func:`~eliza_mlx.model.trimmable_prompt_cache`), so the KV of every position is readable.
+(:func:`~eliza_mlx.model.new_prompt_cache`), so the KV of every position is readable.
 
 A round, as Hugging Face's ``SinglePositionMultiTokenCandidateGenerator`` and llama.cpp run it:
 the history's last token ``t`` sits at position ``p`` (not in the target's cache, or fed ahead
