@@ -147,7 +147,7 @@ def new_prompt_cache(model: Any, speculative: bool) -> list[Any]:
     grows with the context instead of the window."""
     cache = make_prompt_cache(model)
     if not speculative:
-        return cast(list[Any], cache)
+        return cache
     return [KVCache() if type(c) is RotatingKVCache and getattr(c, "keep", 0) == 0  # type: ignore[no-untyped-call,unused-ignore]
             else c for c in cache]
 
