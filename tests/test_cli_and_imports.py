@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import TINY_BUNDLE
 
-HEAVY = ("llama_cpp", "mlx", "mlx_lm", "litert_lm", "ai_edge_litert", "coremltools", "torch",
-         "tokenizers", "numpy", "ray", "pyarrow")
+HEAVY = ("llama_cpp", "mlx", "mlx_lm", "mlx_vlm", "litert_lm", "ai_edge_litert", "coremltools",
+         "torch", "transformers", "tokenizers", "numpy", "ray", "pyarrow")
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

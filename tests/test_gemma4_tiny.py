@@ -56,12 +56,17 @@ def test_manifest_names_target_and_mtp_assistant() -> None:
     assert arts["text/gemma4-tiny-mlx"]["role"] == "model"
     mtp = arts["text/draft/mtp/gemma4-tiny-assistant-f32.gguf"]
     assert (mtp["format"], mtp["role"], mtp["kind"]) == ("gguf", "draft", "mtp")
-    assert all("kind" not in a for a in MANIFEST["artifacts"] if a is not mtp)
-    # the core reads it back, and never offers the MTP head as a standalone draft model
+    mtp_mlx = arts["text/draft/mtp/gemma4-tiny-assistant-mlx"]  # mlx-vlm's drafter reads it
+    assert (mtp_mlx["format"], mtp_mlx["role"], mtp_mlx["kind"]) == ("mlx", "draft", "mtp")
+    assert all("kind" not in a for a in MANIFEST["artifacts"] if a not in (mtp, mtp_mlx))
+    # the core reads them back, and never offers the MTP head as a standalone draft model
     manifest = load_manifest(BUNDLE)
-    assert [a.path for a in manifest.artifacts if a.kind == "mtp"] == [mtp["path"]]
-    assert find_artifacts(BUNDLE, ["gguf"], role="draft") == []
+    assert [a.path for a in manifest.artifacts if a.kind == "mtp"] == [mtp["path"],
+                                                                       mtp_mlx["path"]]
+    assert find_artifacts(BUNDLE, ["gguf", "mlx"], role="draft") == []
     assert find_artifacts(BUNDLE, ["gguf"], role="draft", kind="mtp") == [ASSISTANT_GGUF]
+    assert find_artifacts(BUNDLE, ["mlx"], role="draft", kind="mtp") == [
+        BUNDLE / mtp_mlx["path"]]
 
 
 @pytest.mark.parametrize("record", MANIFEST_FILES, ids=[f["path"] for f in MANIFEST_FILES])

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from conftest import ROOT, TINY_BUNDLE
+from mtp_rewinds import check_mtp_rewinds
 
 pytest.importorskip("llama_cpp")
 
@@ -22,10 +23,8 @@ from eliza_llamacpp import LlamaCppFactory
 
 from eliza_backends import (
     BundleError,
-    CancelledError,
     Factory,
     InferenceContext,
-    Step,
     StreamConfig,
     UnsupportedOperationError,
     open_stream,
@@ -120,43 +119,9 @@ def test_mtp_rewinds_keep_target_and_assistant_in_step(ctx: InferenceContext,
                                                       tmp_path: Path) -> None:
     """reset_keep (inside the prompt, inside the generated text), reset, a slot restored in a
     fresh session, and cancel: each continues with the plain greedy tokens and keeps drafting."""
-    with open_stream(ctx, backend="llama.cpp", **BASE, max_tokens=64, ignore_eos=True) as s:
+    with open_stream(ctx, backend="llama.cpp", **BASE) as s:
         ids = s.session.tokenize(PROMPTS[0], add_special=True)
-        s.prefill(ids)
-        expected = generated_tokens(run_to_end(s.session))
-
-    def continues(head: list[int], steps: list[Step]) -> None:
-        out = head + generated_tokens(steps)
-        assert out == expected[:len(out)] and sum(st.drafted for st in steps) > 0
-
-    cfg = {**BASE, "max_tokens": 24, "ignore_eos": True, "drafter": "mtp", "draft_length": 3,
-           "draft_policy": "fixed"}
-    with open_stream(ctx, backend="llama.cpp", **cfg) as s:  # type: ignore[arg-type]
-        session = s.session
-        session.prefill(ids)
-        continues([], run_to_end(session))
-        kept = session.reset_keep(len(ids) - 3)  # inside the prompt
-        session.prefill(ids[kept:])
-        continues([], run_to_end(session))
-        session.reset()
-        session.prefill(ids)
-        first = list(session.next(5).tokens)
-        session.reset_keep(len(ids) + 2)  # inside the generated text
-        session.prefill(first[2:])
-        continues(first, run_to_end(session))
-        session.reset()
-        session.prefill(ids)
-        head = list(session.next(6).tokens)
-        session.save_slot(tmp_path / "mtp.slot")
-        with open_stream(ctx, backend="llama.cpp", **cfg) as t:  # type: ignore[arg-type]
-            t.session.restore_slot(tmp_path / "mtp.slot")
-            continues(head, run_to_end(t.session))
-        session.cancel()
-        with pytest.raises(CancelledError):
-            session.next()
-        session.reset()
-        session.prefill(ids)
-        continues([], run_to_end(session))
+    check_mtp_rewinds(ctx, "llama.cpp", ids, BASE, tmp_path)
 
 
 def _biased(drafts: Any, target: Any, sampler: Any, is_end: Any) -> tuple[list[int], int]:

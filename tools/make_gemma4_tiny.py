@@ -21,6 +21,8 @@ What it writes (deterministic: fixed seeds, one torch thread):
     OUT/text/gemma4-tiny.tflite           the target by litert-torch export_hf (float32)
     OUT/text/gemma4-tiny.litertlm         the same model packed for LiteRT-LM
     OUT/text/draft/mtp/gemma4-tiny-assistant-f32.gguf   the MTP assistant (llama.cpp's converter)
+    OUT/text/draft/mtp/gemma4-tiny-assistant-mlx/       the MTP assistant for mlx-vlm (the
+                                          converter's Gemma 4 family, write_mlx_assistant)
     OUT/source/assistant/                 the assistant's float32 HF folder
     OUT/oracle.json                       float32 torch greedy continuations + gaps
     OUT/training.json                     losses, times, measured draft acceptance
@@ -179,6 +181,7 @@ def write_artifacts(out: Path, work: Path, litert: bool) -> None:
     eliza_backends.convert), placed under this bundle's names; the float32 HF folder as the MLX
     folder; the assistant's HF folder as OUT/source/assistant (the target's is the MLX one)."""
     from eliza_backends.convert import convert, parse_plan
+    from eliza_backends.convert.families.gemma4 import write_mlx_assistant
 
     made = work / "converted"
     if made.exists():
@@ -201,6 +204,8 @@ def write_artifacts(out: Path, work: Path, litert: bool) -> None:
     for src, dest in places.items():
         shutil.copy2(made / "text" / src, text / dest)
     shutil.copytree(work / "target", text / "gemma4-tiny-mlx")
+    write_mlx_assistant(work / "assistant", work / "target",
+                        text / "draft" / "mtp" / "gemma4-tiny-assistant-mlx")
     shutil.copytree(work / "assistant", out / "source" / "assistant")
 
 

@@ -178,12 +178,12 @@ class Factory(ABC):
                      *, greedy_only: bool = False) -> Drafter | None:
         """The drafter ``config.drafter`` names, for a session on ``target``: None for
         ``"none"``, the core's :class:`~eliza_backends.runtime.speculative.NgramDrafter` for
-        ``"ngram"``, :meth:`make_draft_model` for ``"model"``; ``"mtp"`` is refused here (a
-        backend with an MTP drafter builds it in :meth:`open`: it reads the session's own
-        runtime state). ``greedy_only``: the backend verifies greedily only (its verify step
-        applies the repeat penalty as its plain path does), so sampling with a drafter is
-        refused here. The session the drafter is handed to owns it (rewinds and
-        closes it)."""
+        ``"ngram"``, :meth:`make_draft_model` for ``"model"``, :meth:`make_mtp_drafter` for
+        ``"mtp"`` (a backend whose MTP drafter needs the session's runtime state before it
+        exists builds it in :meth:`open` instead). ``greedy_only``: the backend verifies
+        greedily only (its verify step applies the repeat penalty as its plain path does), so
+        sampling with a drafter is refused here. The session the drafter is handed to owns it
+        (rewinds and closes it)."""
         if config.drafter == "none":
             return None
         if greedy_only and not config.greedy:
@@ -193,9 +193,7 @@ class Factory(ABC):
         if config.drafter == "ngram":
             return NgramDrafter(max_n=config.ngram_size)
         if config.drafter == "mtp":
-            raise UnsupportedOperationError(
-                f"{self.name} has no MTP drafter (a target's multi-token-prediction assistant, "
-                "Gemma 4's): use backend='llama.cpp' for it, or drafter='ngram'")
+            return self.make_mtp_drafter(context, config, target)
         return self.make_draft_model(context, config, target)
 
     def make_draft_model(self, context: InferenceContext, config: StreamConfig,
@@ -207,6 +205,16 @@ class Factory(ABC):
         raise UnsupportedOperationError(
             f"{self.name} has no draft-model drafter: use drafter='ngram', or a backend with "
             "draft models (llama.cpp, mlx)")
+
+    def make_mtp_drafter(self, context: InferenceContext, config: StreamConfig,
+                         target: ModelInfo) -> Drafter:
+        """The ``drafter="mtp"`` drafter: the target's multi-token-prediction assistant (Gemma
+        4's), from ``text/draft/mtp/`` (or ``draft_model``). A backend with one overrides this
+        (:class:`BundleError` when the bundle ships no assistant it runs). The default
+        refuses."""
+        raise UnsupportedOperationError(
+            f"{self.name} has no MTP drafter (a target's multi-token-prediction assistant, "
+            "Gemma 4's): use backend='llama.cpp' or 'mlx' for it, or drafter='ngram'")
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"

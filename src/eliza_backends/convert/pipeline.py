@@ -11,7 +11,8 @@ Stages (each cached by content hash under the work directory, see :mod:`.stages`
    own ``convert_hf_to_gguf.py`` (:mod:`.llamacpp_convert`). Either way every tokenizer file must
    tokenize tricky strings exactly as llama.cpp does on that GGUF (:mod:`.tokenizer_check`);
    ``mtp-f32`` (``draft=``) — a Gemma 4 target's ``gemma4_assistant``, by the same script, under
-   ``text/draft/mtp/``;
+   ``text/draft/mtp/``; with MLX in the plan, ``mtp-mlx`` places it there as an MLX folder too
+   (mlx-vlm's drafter, the MLX backend's ``drafter="mtp"``);
 2. ``gguf-<precision>`` — llama.cpp's quantizer on the float32 GGUF;
 3. ``mlx-<precision>`` — ``mlx_lm convert`` + explicit, checked config;
 4. ``litert-<precision>`` — litert-torch ``.tflite`` + a ``.litertlm`` packaged with the
@@ -95,7 +96,8 @@ def convert(src: str | os.PathLike[str], out: str | os.PathLike[str], plan: Conv
     """Convert ``src`` (a ``.gguf`` file or a Hugging Face checkpoint folder) into the bundle
     ``out``; returns the conversion report (also written to ``out/convert.json``).
     ``draft``: a Gemma 4 target's ``gemma4_assistant`` folder, converted to a float32 GGUF
-    under ``text/draft/mtp/`` (manifest role ``draft``, kind ``mtp``).
+    under ``text/draft/mtp/`` (manifest role ``draft``, kind ``mtp``), and with MLX in the plan
+    placed there as an MLX folder too.
     ``log`` gets one line per stage; the tools' own output (progress bars, warnings) goes to
     each stage's ``tools.log`` unless ``tool_output``."""
     source = Path(src)
@@ -330,7 +332,8 @@ def _place_projectors(job: _Job) -> None:
 def _mtp_stage(job: _Job, folder: Path) -> None:
     """The ``mtp-f32`` stage: the MTP assistant at ``folder`` (a Gemma 4 target's), checked
     against the target by its family and converted by llama.cpp's converter; placed under
-    ``text/draft/mtp/``."""
+    ``text/draft/mtp/``. With MLX in the plan, ``mtp-mlx``: the family's MLX folder of it
+    there too."""
     from ..bundle import DRAFT_DIR, MTP_DIR
     from .families import check_draft
     from .hf_folder import folder_sha256
@@ -353,6 +356,16 @@ def _mtp_stage(job: _Job, folder: Path) -> None:
     _place(st.directory / "assistant-f32.gguf", dest)
     job.record("gguf", "f32", [dest], st)
     job.artifacts[-1].update(role="draft", kind="mtp", source=str(folder), source_sha256=sha)
+    if "mlx" in job.plan.formats:
+        st = job.runner.run("mtp-mlx", (job.hf.key, sha,
+                                        toolchain.code_hash(*job.family.code_modules)),
+                            lambda d: job.family.write_mlx_draft(folder, job.hf_dir,
+                                                                 d / "assistant-mlx"))
+        dest = dest.parent / f"{job.name}-assistant-mlx"
+        _place(st.directory / "assistant-mlx", dest)
+        job.record("mlx", "f32", [dest], st)
+        job.artifacts[-1].update(role="draft", kind="mtp", source=str(folder),
+                                 source_sha256=sha)
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,10 @@ coremltools on macOS 15+.
 This module stays light: it never imports mlx, mlx-lm or coremltools. :meth:`MLXFactory.open`
 imports them: :mod:`eliza_mlx.model` loads MLX weights, :mod:`eliza_mlx.session` and
 :mod:`eliza_mlx.draft` translate the session and the draft model to mlx-lm (both import
-``model``, never each other), :mod:`eliza_mlx.coreml_session` serves Core ML. On an
-``InferenceContext(parallel > 1)``, :mod:`eliza_mlx.batched_session` sessions share one batched
-forward per step through :mod:`eliza_mlx.batch_engine` (``capabilities.batched``).
+``model``, never each other), :mod:`eliza_mlx.mtp` drafts with Gemma 4's MTP assistant through
+mlx-vlm (imported only for ``drafter="mtp"``), :mod:`eliza_mlx.coreml_session` serves Core ML.
+On an ``InferenceContext(parallel > 1)``, :mod:`eliza_mlx.batched_session` sessions share one
+batched forward per step through :mod:`eliza_mlx.batch_engine` (``capabilities.batched``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING
 from eliza_backends import (
     Availability,
     BackendSelectionError,
+    BundleError,
     Factory,
     InferenceContext,
     InvalidArgumentError,
@@ -38,7 +40,7 @@ from eliza_backends import (
 from eliza_backends.backend import Drafter, find_artifacts
 
 from .options import MLXOptions
-from .probe import coreml_status, mlx_status
+from .probe import MTP_ASSISTANTS, check_mlx_folder, check_mtp_assistant, coreml_status, mlx_status
 
 if TYPE_CHECKING:
     from .model import LoadedMLX
@@ -211,6 +213,56 @@ class MLXFactory(Factory):
         return MLXDraftModel(shared_weights(context, path), target.vocab_size,
                              config.batch_size)
 
+    def make_mtp_drafter(self, context: InferenceContext, config: StreamConfig,
+                         target: ModelInfo) -> Drafter:
+        """Gemma 4's MTP assistant (:meth:`mtp_artifact`) through mlx-vlm, over the session's
+        target model (:mod:`eliza_mlx.mtp`); :class:`BundleError` when it is not the target's."""
+        _import_mlx_modules()
+        from .model import shared_weights
+        from .mtp import MLXMtpDrafter, shared_assistant
+
+        path = self.mtp_artifact(context.bundle_dir, config)
+        assert target.artifact is not None  # the MLX folder the session loaded
+        loaded = shared_weights(context, Path(target.artifact))
+        return MLXMtpDrafter(shared_assistant(context, path, loaded), loaded)
+
+    def mtp_artifact(self, bundle_dir: str | os.PathLike[str], config: StreamConfig) -> Path:
+        """The MTP assistant for ``drafter="mtp"``: ``config.draft_model``, else the first MLX
+        folder under ``text/draft/mtp/``. :class:`BundleError` (``ERR_CANNOT_SERVE``) when
+        there is none."""
+        if config.draft_model is not None:
+            return self.draft_artifact(bundle_dir, config, formats=MLX_FORMATS)
+        found = find_artifacts(bundle_dir, MLX_FORMATS, role="draft", kind="mtp")
+        if not found:
+            raise BundleError(
+                f"{bundle_dir} has no MTP assistant MLX folder under text/draft/mtp/ (a "
+                f"{' or '.join(sorted(MTP_ASSISTANTS))} folder, as `bundle convert --draft` "
+                "writes for a Gemma 4 model with MLX in the plan); use drafter='ngram' for this "
+                "bundle", code=Status.ERR_CANNOT_SERVE)
+        return found[0]
+
+    def drafters(self, bundle_dir: str | os.PathLike[str]) -> dict[str, str]:
+        """What each drafter would use on ``bundle_dir`` with MLX (for explain / ``select
+        --explain``): folder probes, nothing loaded."""
+        out = {"ngram": "prompt lookup over the sequence itself (no model)"}
+        root = Path(bundle_dir)
+        drafts = find_artifacts(bundle_dir, MLX_FORMATS, role="draft")
+        out["model"] = (f"{drafts[0].relative_to(root).as_posix()} (a draft model with its own "
+                        "prompt cache)" if drafts else "cannot: no MLX draft model folder under "
+                        "text/draft/ (a smaller model with the same vocabulary)")
+        try:
+            path = self.mtp_artifact(bundle_dir, StreamConfig())
+            targets = find_artifacts(bundle_dir, MLX_FORMATS)
+            if targets:
+                check_mtp_assistant(check_mlx_folder(path), check_mlx_folder(targets[0]))
+        except BundleError as exc:
+            out["mtp"] = f"cannot: {exc.message}"
+        else:
+            out["mtp"] = (f"{path.relative_to(root).as_posix()} (the target's multi-token-"
+                          "prediction assistant through mlx-vlm, drafting from its hidden "
+                          "state and KV cache)")
+        return out
+
 
 class CoreMLOnlyFactory(MLXFactory):
     """What ``backend="coreml"`` gets: this backend restricted to its Core ML engine (so a
@@ -228,6 +280,10 @@ class CoreMLOnlyFactory(MLXFactory):
 
     def cannot_serve_reason(self, bundle_dir: str | os.PathLike[str]) -> str:
         return "no .mlpackage / .mlmodelc under text/ for Core ML"
+
+    def drafters(self, bundle_dir: str | os.PathLike[str]) -> dict[str, str]:
+        """None: Core ML sessions do not draft."""
+        return {}
 
     def pinned(self, name: str) -> Factory:
         return self

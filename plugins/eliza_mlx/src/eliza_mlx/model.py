@@ -11,15 +11,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast, runtime_checkable
 
 import mlx.core as mx  # type: ignore[import-not-found,unused-ignore]
 import mlx.nn as nn  # type: ignore[import-not-found,unused-ignore]
-from mlx_lm.models.cache import trim_prompt_cache  # type: ignore[import-not-found,unused-ignore]
+from mlx_lm.models.cache import (  # type: ignore[import-not-found,unused-ignore]
+    KVCache,
+    RotatingKVCache,
+    make_prompt_cache,
+    trim_prompt_cache,
+)
 from mlx_lm.utils import load_model  # type: ignore[import-not-found,unused-ignore]
 
 from eliza_backends import BundleError, InferenceContext, ModelInfo
-from eliza_backends.backend import HFTokenizer, distribution_version, tokenizer_facts
+from eliza_backends.backend import Drafter, HFTokenizer, distribution_version, tokenizer_facts
 
 from .mlx_thread import on_mlx_thread
 from .probe import MLXFolder, check_mlx_folder
@@ -134,11 +139,47 @@ def shared_weights(context: InferenceContext, path: Path) -> LoadedMLX:
     return context.shared(("mlx", str(path)), lambda: load_weights(folder))
 
 
+def new_prompt_cache(model: Any, speculative: bool) -> list[Any]:
+    """mlx-lm's prompt cache for ``model``; ``speculative``: with every sliding-window ring
+    buffer (``RotatingKVCache`` without kept tokens) made a full-length ``KVCache``, trimmable
+    at any length (a ring buffer is only while it holds less than its window), which verifying
+    drafts needs. Exact: mlx-lm's masks cut the window by position on a ``KVCache``; memory
+    grows with the context instead of the window."""
+    cache = make_prompt_cache(model)
+    if not speculative:
+        return cache
+    return [KVCache() if type(c) is RotatingKVCache and getattr(c, "keep", 0) == 0  # type: ignore[no-untyped-call,unused-ignore]
+            else c for c in cache]
+
+
+@runtime_checkable
+class TargetLinkedDrafter(Drafter, Protocol):
+    """A drafter that reads the session's own target state (Gemma 4's MTP assistant reads the
+    target's hidden states and KV cache): the session runs every forward pass of its model
+    through :meth:`target_forward` instead of calling the model."""
+
+    def target_forward(self, ids: Any, cache: list[Any]) -> Any:
+        """The model's logits (1, n, vocab), lazy, for ``ids`` (1, n) fed after ``cache``'s
+        positions (the cache is updated as by the model's own call). Called on the MLX
+        thread, inside the session's compute stream."""
+        ...
+
+
 def trim(cache: list[Any], n: int) -> int:
     """Trim ``n`` tokens off every layer; how many were trimmed (mlx-lm annotates the return
     value of ``trim_prompt_cache`` as a list, but it is the count)."""
     return int(cast(Any, trim_prompt_cache(cache, n)))
 
 
-__all__ = ["BFLOAT16_EMBEDDING_SCALE", "COMPUTE_STREAM", "RUNTIME", "LoadedMLX", "load_weights",
-           "scale_embeddings_in_weight_dtype", "shared_weights", "trim"]
+__all__ = [
+    "BFLOAT16_EMBEDDING_SCALE",
+    "COMPUTE_STREAM",
+    "RUNTIME",
+    "LoadedMLX",
+    "TargetLinkedDrafter",
+    "load_weights",
+    "new_prompt_cache",
+    "scale_embeddings_in_weight_dtype",
+    "shared_weights",
+    "trim",
+]

@@ -8,6 +8,8 @@ the runtime libraries are looked for as files.
 * :func:`coreml_status`: can Core ML *predict* here (macOS 15+ with coremltools)?
 * :func:`check_mlx_folder`: is ``text/<dir>/`` a loadable MLX weights folder (config.json,
   safetensors, tokenizer.json)? A broken folder is a :class:`BundleError`, never a crash.
+* :func:`check_mtp_assistant`: does an MLX folder under ``text/draft/mtp/`` hold a
+  multi-token-prediction assistant of the target (Gemma 4's, for ``drafter="mtp"``)?
 """
 
 from __future__ import annotations
@@ -250,6 +252,32 @@ def check_mlx_folder(path: Path) -> MLXFolder:
 #: implements Gemma 4's processor and mask): a runtime fact, as a table.
 MLX_VLM_MODEL_TYPES = frozenset({"gemma4"})
 
+#: MTP assistants (``model_type``) mlx-vlm drafts with, each with the mlx-lm target model types
+#: whose hidden states and KV cache it reads.
+MTP_ASSISTANTS: dict[str, frozenset[str]] = {"gemma4_assistant": frozenset({"gemma4_text"})}
+
+
+def check_mtp_assistant(assistant: MLXFolder, target: MLXFolder) -> None:
+    """:class:`BundleError` unless ``assistant`` is an MTP assistant (:data:`MTP_ASSISTANTS`)
+    of ``target``'s architecture, vocabulary and hidden size (``backbone_hidden_size``)."""
+    name = assistant.path.name
+    targets = MTP_ASSISTANTS.get(assistant.model_type)
+    if targets is None:
+        raise BundleError(f"{name} is a {assistant.model_type} model, not an MTP assistant "
+                          f"({', '.join(sorted(MTP_ASSISTANTS))}); drafter='mtp' needs the "
+                          "target's assistant (drafter='model' takes a draft model)")
+    if target.model_type not in targets:
+        raise BundleError(f"{name} assists {' or '.join(sorted(targets))} models; the target "
+                          f"{target.path.name} is a {target.model_type} model")
+    if assistant.vocab_size != target.vocab_size:
+        raise BundleError(f"assistant {name} has {assistant.vocab_size} tokens, the target "
+                          f"{target.vocab_size}: it belongs to another model")
+    backbone = assistant.config.get("backbone_hidden_size")
+    hidden = _positive_int(target.config, "hidden_size", target.path / "config.json")
+    if backbone != hidden:
+        raise BundleError(f"assistant {name} reads hidden states of width {backbone}, the "
+                          f"target {target.path.name} has {hidden}: it belongs to another model")
+
 
 def multimodal_kinds(folder: Path) -> frozenset[str]:
     """The media kinds a Gemma 4 MLX folder's config.json carries towers for (no load)."""
@@ -263,5 +291,6 @@ def multimodal_kinds(folder: Path) -> frozenset[str]:
                      if isinstance(cfg.get(key), dict))
 
 
-__all__ = ["MLX_VLM_MODEL_TYPES", "MLXFolder", "RuntimeStatus", "check_mlx_folder",
-           "coreml_status", "mlx_status", "multimodal_kinds"]
+__all__ = ["MLX_VLM_MODEL_TYPES", "MTP_ASSISTANTS", "MLXFolder", "RuntimeStatus",
+           "check_mlx_folder", "check_mtp_assistant", "coreml_status", "mlx_status",
+           "multimodal_kinds"]

@@ -20,10 +20,12 @@ stream (the ``max_tokens`` budget or the context window): its last token is then
 (``_pending``) and fed with the next prefill, so no forward pass is spent on a token nothing
 follows (an end-of-generation token cannot be foreseen and is fed ahead like any other).
 
-Speculative decoding (``drafter="ngram"`` or ``"model"``, greedy only, trimmable caches only):
-prefill keeps the prompt's last token back in ``_pending``. A round drafts ``k`` tokens (the
-core's :class:`~eliza_backends.runtime.speculative.NgramDrafter`, or a draft MLX folder from
-``text/draft/``, :mod:`eliza_mlx.draft`), runs ``[pending, d1..dk]`` through the model in
+Speculative decoding (``drafter="ngram"``, ``"model"`` or ``"mtp"``, greedy only, full-length
+trimmable caches, :func:`~eliza_mlx.model.new_prompt_cache`): prefill keeps the prompt's last
+token back in ``_pending``. A round drafts ``k`` tokens (the core's
+:class:`~eliza_backends.runtime.speculative.NgramDrafter`, a draft MLX folder from
+``text/draft/``, :mod:`eliza_mlx.draft`, or Gemma 4's MTP assistant, :mod:`eliza_mlx.mtp`,
+through which every forward pass of the model then runs), runs ``[pending, d1..dk]`` in
 one call (logits for every position; ``[d1..dk]`` when the last token was already fed ahead and
 its successor queued), takes the argmax per position, keeps the agreeing prefix plus the
 target's own next token (:func:`~eliza_backends.runtime.speculative.accept_greedy`), trims the
@@ -46,7 +48,6 @@ import numpy as np
 from mlx_lm.models.cache import (  # type: ignore[import-not-found,unused-ignore]
     can_trim_prompt_cache,
     load_prompt_cache,
-    make_prompt_cache,
     save_prompt_cache,
 )
 
@@ -63,7 +64,7 @@ from eliza_backends import (
 from eliza_backends.backend import Drafter, MediaItem, MediaTokens, Sampler, accept_greedy
 
 from .mlx_thread import on_mlx_thread
-from .model import COMPUTE_STREAM, LoadedMLX, trim
+from .model import COMPUTE_STREAM, LoadedMLX, TargetLinkedDrafter, new_prompt_cache, trim
 from .session_hooks import TokenizerHooks, cut_lazy_cache
 
 _SLOT_MAGIC = b"ELZMLX01"
@@ -95,8 +96,12 @@ class MLXSession(TokenizerHooks, Session):
                  context: InferenceContext | None, drafter: Drafter | None = None) -> None:
         self._loaded = loaded
         self._tokenizer = loaded.tokenizer
-        self._model = loaded.model
-        self._cache: list[Any] = make_prompt_cache(loaded.model)
+        self._speculative = drafter is not None
+        # every forward pass of the model: through a drafter that reads the target's own state
+        # when there is one (it stages the hidden states it drafts from)
+        self._model: Any = drafter.target_forward \
+            if isinstance(drafter, TargetLinkedDrafter) else loaded.model
+        self._cache: list[Any] = new_prompt_cache(loaded.model, self._speculative)
         self._trimmable = bool(can_trim_prompt_cache(self._cache))
         if drafter is not None and not self._trimmable:
             drafter.close()
@@ -124,8 +129,8 @@ class MLXSession(TokenizerHooks, Session):
 
     @property
     def capabilities(self) -> Capabilities:
-        drafters = {"none", "ngram", "model"} if self._trimmable else {"none"}
-        kinds = getattr(self._model, "kinds", None)  # a multimodal folder (eliza_mlx.vlm)
+        drafters = {"none", "ngram", "model", "mtp"} if self._trimmable else {"none"}
+        kinds = getattr(self._loaded.model, "kinds", None)  # a multimodal folder (eliza_mlx.vlm)
         return Capabilities(token_input=True, prefix_reuse=True, slots=True,
                             cancel_prefill=False, sampling=True, drafters=frozenset(drafters),
                             logits=True, media=kinds() if kinds is not None else frozenset())
@@ -469,7 +474,7 @@ class MLXSession(TokenizerHooks, Session):
 
     @on_mlx_thread
     def _reset(self) -> None:
-        self._cache = make_prompt_cache(self._model)
+        self._cache = new_prompt_cache(self._loaded.model, self._speculative)
         self._n_kv = 0
         self._pending = self._ahead = None
         self._logits = self._y = None
@@ -562,7 +567,7 @@ class MLXSession(TokenizerHooks, Session):
                 mx.eval(logits, [c.state for c in cache])
             except Exception as exc:
                 raise SlotError(f"mlx-lm could not read the saved prompt cache: {exc}") from None
-        fresh = make_prompt_cache(self._model)
+        fresh = new_prompt_cache(self._loaded.model, self._speculative)
         if len(cache) != len(fresh) or any(type(a) is not type(b)
                                             for a, b in zip(cache, fresh, strict=True)):
             raise SlotError("the saved prompt cache does not fit this model's layers")

@@ -211,5 +211,10 @@ class ModelFamily:
         :attr:`draft_model_types`) after checking it drafts for ``facts``' model."""
         raise BundleError(f"{folder}: {self.architecture} targets take no --draft folder")
 
+    def write_mlx_draft(self, folder: Path, target_dir: Path, out: Path) -> None:
+        """``out``: the draft folder at ``folder`` (checked by :meth:`check_draft`) as the MLX
+        backend's ``drafter="mtp"`` loads it; ``target_dir`` is the target's float32 folder."""
+        raise BundleError(f"{folder}: {self.architecture} targets take no --draft folder")
+
 
 __all__ = ["ModelFamily", "Need", "config_needer"]

@@ -13,6 +13,8 @@ Core ML module by :mod:`..coreml_gemma4`; the family adapter is :class:`Gemma4`.
   level made explicit (``global_head_dim``, ``use_double_wide_mlp``), the tokenizer files;
 * :func:`check_assistant` — a ``gemma4_assistant`` folder that drafts for this target (same
   vocabulary, ``backbone_hidden_size`` = the target's hidden size), else :class:`BundleError`;
+* :func:`write_mlx_assistant` — the assistant as an MLX folder for mlx-vlm's ``load_drafter``
+  (the MLX backend's ``drafter="mtp"``);
 * :func:`litert_source` — the folder as litert-torch 0.10's Gemma 4 exporter takes it.
 """
 
@@ -231,6 +233,24 @@ def check_assistant(folder: Path, facts: ModelFacts) -> dict[str, Any]:
     return cfg
 
 
+def write_mlx_assistant(folder: Path, target_dir: Path, out: Path) -> None:
+    """``out``: the assistant at ``folder`` as mlx-vlm 0.7.10's ``load_drafter`` takes it (an
+    MLX folder for ``text/draft/mtp/``): its ``config.json`` and safetensors weights as they are
+    (mlx-vlm reads the Hugging Face layout, names and dtype of a ``gemma4_assistant``), and the
+    tokenizer files of the target's folder ``target_dir`` (the same vocabulary, which
+    :func:`check_assistant` checked; the MLX backend wants ``tokenizer.json`` in every MLX
+    folder, and assistant checkpoints need not ship one)."""
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    shutil.copy2(folder / "config.json", out / "config.json")
+    for weights in sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.index.json")):
+        shutil.copy2(weights, out / weights.name)
+    for name in _TOKENIZER_FILES:
+        if (target_dir / name).is_file():
+            shutil.copy2(target_dir / name, out / name)
+
+
 def mlx_expected(hf_dir: Path) -> dict[str, Any]:
     """The numbers mlx-lm's ``gemma4_text`` must read back from the MLX config: every field
     of the text config that its ``ModelArgs`` has (compared by :func:`..mlx_out.check_config`)."""
@@ -327,10 +347,13 @@ class Gemma4(ModelFamily):
                     facts: ModelFacts) -> dict[str, Any]:
         return check_assistant(folder, facts)
 
+    def write_mlx_draft(self, folder: Path, target_dir: Path, out: Path) -> None:
+        write_mlx_assistant(folder, target_dir, out)
+
 
 FAMILY = Gemma4()
 
 __all__ = ["ASSISTANT_TYPE", "FAMILY", "LITERT_EXPORT_FLAGS", "MLX_VLM_TEXT_FIELDS",
            "TARGET_TYPES", "Gemma4", "check_assistant", "litert_source", "media_towers",
-           "mlx_expected", "model_facts", "text_config",
-           "text_tensor_name", "tokenizer_facts", "write_text_folder"]
+           "mlx_expected", "model_facts", "text_config", "text_tensor_name", "tokenizer_facts",
+           "write_mlx_assistant", "write_text_folder"]
