@@ -110,13 +110,8 @@ class LlamaCppFactory(Factory):
         None when the bundle has none."""
         import llama_cpp as lc
 
-        from .mtmd import (
-            MediaFeeder,
-            find_projector,
-            processor_image_tokens,
-            projector_kinds,
-            shared_projector,
-        )
+        from .gguf_header import find_projector, projector_kinds
+        from .mtmd import MediaFeeder, processor_image_tokens, shared_projector
 
         path = find_projector(context.bundle_dir)
         kinds = frozenset(projector_kinds(context.bundle_dir))
@@ -136,7 +131,7 @@ class LlamaCppFactory(Factory):
     def media(self, bundle_dir: str | os.PathLike[str]) -> dict[str, str]:
         """The kinds the bundle's projector (``text/mmproj/*.gguf``) encodes (a metadata
         probe); sessions with ``drafter="mtp"`` take none."""
-        from .mtmd import projector_kinds
+        from .gguf_header import projector_kinds
 
         return projector_kinds(bundle_dir)
 

@@ -6,7 +6,9 @@ file's size, and refuses what is plainly not a GGUF llama.cpp reads (wrong magic
 implausible count, a file too short to hold what the counts promise) with a clear
 :class:`~eliza_backends.BundleError`.
 
-Everything after those bytes (metadata, the vocabulary, the tensor table) is walked by
+:func:`gguf_metadata` reads a few metadata values (the multimodal projector's kinds,
+:func:`projector_kinds`) for ``explain()`` and ``can_serve``-time probes, without importing
+llama_cpp. Everything after those bytes (metadata, the vocabulary, the tensor table) is walked by
 llama.cpp's own GGUF reader, which bounds-checks it in C at load time; that load runs contained
 (:mod:`eliza_llamacpp.native_guard`), so a file whose *values* make llama.cpp abort is a
 ``BundleError`` too, and the values that would only fail later, inside a decode, are checked
@@ -20,8 +22,10 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, BinaryIO
 
 from eliza_backends import BundleError
+from eliza_backends.backend import find_artifacts
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)
@@ -108,4 +112,91 @@ def gguf_architecture(path: str | os.PathLike[str]) -> str | None:
     return value.decode("ascii", "replace")
 
 
-__all__ = ["MTP_ARCHITECTURES", "GGUFHeader", "check_gguf", "gguf_architecture"]
+# ------------------------------------------------------------------ metadata probes
+
+#: GGUF metadata value types (``gguf_type``) read by :func:`gguf_metadata`: scalars by struct
+#: format; strings and arrays walked.
+def find_projector(bundle_dir: str | os.PathLike[str]) -> Path | None:
+    """The bundle's projector GGUF (role ``mmproj``: the first under ``text/mmproj/`` by
+    name), or None."""
+    found = find_artifacts(bundle_dir, ("gguf",), role="mmproj")
+    return found[0] if found else None
+
+
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q",
+            11: "<q", 12: "<d"}
+_ARRAY = 9
+
+
+def _read(f: BinaryIO, fmt: str) -> Any:
+    size = struct.calcsize(fmt)
+    data = f.read(size)
+    if len(data) != size:
+        raise EOFError
+    return struct.unpack(fmt, data)[0]
+
+
+def _value(f: BinaryIO, kind: int) -> Any:
+    if kind in _SCALARS:
+        return _read(f, _SCALARS[kind])
+    if kind == _STRING:
+        n = _read(f, "<Q")
+        if n > 1 << 20:
+            raise ValueError("string too long")
+        return f.read(n).decode("utf-8", "replace")
+    if kind == _ARRAY:
+        inner, n = _read(f, "<I"), _read(f, "<Q")
+        if inner in _SCALARS:  # skip the elements
+            f.seek(n * struct.calcsize(_SCALARS[inner]), 1)
+        else:
+            for _ in range(n):
+                _value(f, inner)
+        return None
+    raise ValueError(f"unknown GGUF value type {kind}")
+
+
+def gguf_metadata(path: Path, keys: frozenset[str]) -> dict[str, Any]:
+    """The values of ``keys`` in a GGUF's metadata (absent keys are left out); {} for a file
+    that is not a readable GGUF."""
+    out: dict[str, Any] = {}
+    try:
+        with open(path, "rb") as f:
+            if f.read(4) != b"GGUF":
+                return {}
+            _read(f, "<I")  # version
+            _read(f, "<Q")  # tensors
+            for _ in range(min(_read(f, "<Q"), 4096)):
+                name_len = _read(f, "<Q")
+                name = f.read(name_len).decode("utf-8", "replace")
+                value = _value(f, _read(f, "<I"))
+                if name in keys:
+                    out[name] = value
+    except (OSError, EOFError, ValueError, struct.error):
+        return out
+    return out
+
+
+_KIND_KEYS = {"image": ("clip.has_vision_encoder", "clip.vision.projector_type"),
+              "audio": ("clip.has_audio_encoder", "clip.audio.projector_type")}
+
+
+def projector_kinds(bundle_dir: str | os.PathLike[str]) -> dict[str, str]:
+    """The media kinds the bundle's projector encodes, each with a line for ``explain()``
+    (a metadata probe, no load); {} without a projector."""
+    path = find_projector(bundle_dir)
+    if path is None:
+        return {}
+    keys = frozenset(k for pair in _KIND_KEYS.values() for k in pair) | {"clip.projector_type"}
+    meta = gguf_metadata(path, keys)
+    rel = path.relative_to(Path(bundle_dir)).as_posix()
+    out = {}
+    for kind, (has, proj) in _KIND_KEYS.items():
+        if meta.get(has):
+            out[kind] = f"{rel} ({meta.get(proj) or meta.get('clip.projector_type', '?')}, " \
+                        "libmtmd)"
+    return out
+
+
+__all__ = ["MTP_ARCHITECTURES", "GGUFHeader", "check_gguf", "find_projector", "gguf_architecture",
+           "gguf_metadata", "projector_kinds"]
+

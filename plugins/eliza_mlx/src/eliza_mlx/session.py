@@ -35,20 +35,14 @@ nothing drafted decodes one token exactly as the plain path does (fed ahead, pip
 
 from __future__ import annotations
 
-import os
-import struct
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, cast
 
 import mlx.core as mx  # type: ignore[import-not-found,unused-ignore]
 import numpy as np
 from mlx_lm.models.cache import (  # type: ignore[import-not-found,unused-ignore]
     can_trim_prompt_cache,
-    load_prompt_cache,
-    save_prompt_cache,
 )
 
 from eliza_backends import (
@@ -66,9 +60,7 @@ from eliza_backends.backend import Drafter, MediaItem, MediaTokens, Sampler, acc
 from .mlx_thread import on_mlx_thread
 from .model import COMPUTE_STREAM, LoadedMLX, TargetLinkedDrafter, new_prompt_cache, trim
 from .session_hooks import TokenizerHooks, cut_lazy_cache
-
-_SLOT_MAGIC = b"ELZMLX01"
-_SLOT_HEAD = struct.Struct("<8sIQ")  # magic, cached tokens, prompt-cache file length
+from .slot_payload import pack_slot, unpack_slot
 
 
 def _greedy(logits: Any) -> Any:
@@ -533,40 +525,11 @@ class MLXSession(TokenizerHooks, Session):
                                   cache=self._cache)
                 self._logits = out[:, -1, :]
                 mx.eval(self._logits)
-        with tempfile.TemporaryDirectory(prefix="eliza-mlx-slot-") as tmp:
-            cache_file = os.path.join(tmp, "cache.safetensors")
-            logits_file = os.path.join(tmp, "logits.safetensors")
-            save_prompt_cache(cache_file, self._cache, {"eliza_n_kv": str(self._n_kv)})
-            mx.save_safetensors(logits_file, {"logits": self._logits})
-            cache_bytes = Path(cache_file).read_bytes()
-            logits_bytes = Path(logits_file).read_bytes()
-        return _SLOT_HEAD.pack(_SLOT_MAGIC, self._n_kv, len(cache_bytes)) + cache_bytes + \
-            logits_bytes
+        return pack_slot(self._cache, self._n_kv, self._logits)
 
     @on_mlx_thread
     def _restore_state(self, payload: bytes, tokens: list[int]) -> None:
-        if len(payload) < _SLOT_HEAD.size:
-            raise SlotError("slot payload is too short for an MLX state")
-        magic, n_kv, cache_len = _SLOT_HEAD.unpack_from(payload)
-        body = payload[_SLOT_HEAD.size:]
-        if magic != _SLOT_MAGIC or cache_len > len(body):
-            raise SlotError("slot payload is not an MLX prompt-cache state")
-        if n_kv != len(tokens):
-            raise SlotError(f"slot says {n_kv} cached tokens for a history of {len(tokens)}")
-        with tempfile.TemporaryDirectory(prefix="eliza-mlx-slot-") as tmp:
-            cache_file = os.path.join(tmp, "cache.safetensors")
-            logits_file = os.path.join(tmp, "logits.safetensors")
-            Path(cache_file).write_bytes(body[:cache_len])
-            Path(logits_file).write_bytes(body[cache_len:])
-            try:
-                cache = load_prompt_cache(cache_file)  # type: ignore[no-untyped-call,unused-ignore]
-                loaded = mx.load(logits_file)
-                if not isinstance(loaded, dict) or "logits" not in loaded:
-                    raise ValueError("no logits in the saved state")
-                logits: Any = loaded["logits"]
-                mx.eval(logits, [c.state for c in cache])
-            except Exception as exc:
-                raise SlotError(f"mlx-lm could not read the saved prompt cache: {exc}") from None
+        cache, logits, n_kv = unpack_slot(payload, len(tokens))
         fresh = new_prompt_cache(self._loaded.model, self._speculative)
         if len(cache) != len(fresh) or any(type(a) is not type(b)
                                             for a, b in zip(cache, fresh, strict=True)):
