@@ -180,7 +180,14 @@ _COMMANDS: tuple[tuple[str, str, tuple[_Step, ...], dict[str, Any]], ...] = (
         _arg("--queue", type=int_in(0), help="requests that may wait for a session before "
              "the server answers 429 (default: 4 per session)"),
         _arg("--model-name", help="the model id clients send (default: the bundle's name)"),
-        lambda p: _stream_flags(p, "--context-size", "--batch-size"),
+        _arg("--api-key", metavar="KEY", help="every request but GET /health must send "
+             "'Authorization: Bearer KEY' (or 'x-api-key: KEY'), else 401 (default: "
+             "$ELIZA_API_KEY; none: no key needed, and a --host beyond loopback is warned "
+             "about)"),
+        lambda p: _stream_flags(p, "--context-size", "--batch-size", "--draft-length"),
+        _arg("--draft-policy", choices=["auto", "fixed"], help="auto: each round's draft "
+             "length from the measured acceptance and cost, up to --draft-length; fixed: "
+             "always --draft-length (default: auto)"),
         _arg("--threads", type=int_in(1, 1024), help="compute threads: of the batched "
              "context with --parallel (default: every core), per session with --sessions "
              "(default: the cores divided among the sessions)"),

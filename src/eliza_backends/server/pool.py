@@ -140,6 +140,9 @@ class PoolStats:
     #: the batched context's step totals (:meth:`BatchStats.summary`: steps, mean sequences
     #: per step, ...); None when the slots are not batched
     batch: dict[str, Any] | None = None
+    #: the speculative drafter's totals since the pool opened (``drafter``, ``drafted`` and
+    #: ``accepted`` tokens, ``acceptance``); None when the sessions do not draft
+    draft: dict[str, Any] | None = None
     steps_after_cancel: list[int] = field(default_factory=list)
     slots: list[dict[str, Any]] = field(default_factory=list)
 
@@ -200,6 +203,8 @@ class SessionPool:
         self._draining = False
         self._closed = False
         self.served = self.cancelled = self.reopened = self.failed = 0
+        #: tokens the sessions' drafters proposed, and how many the model kept (all requests)
+        self.drafted = self.accepted = 0
         #: per cancelled lease: steps that still completed after cancel() (0 or 1 expected)
         self.steps_after_cancel: deque[int] = deque(maxlen=64)
         self.chat_template: str | None = None
@@ -371,6 +376,20 @@ class SessionPool:
                 waiter.future.set_result(slot)
                 return
 
+    def count_tokens(self, completion: int, drafted: int = 0, accepted: int = 0) -> None:
+        """Count tokens a request generated (and its drafter proposed / the model kept);
+        call from the event loop."""
+        self.throughput.add(completion)
+        self.drafted += drafted
+        self.accepted += accepted
+
+    def _draft_totals(self) -> dict[str, Any] | None:
+        if self.config.drafter == "none":
+            return None
+        return {"drafter": self.config.drafter, "drafted": self.drafted,
+                "accepted": self.accepted,
+                "acceptance": round(self.accepted / self.drafted, 4) if self.drafted else None}
+
     def stats(self) -> PoolStats:
         """Current counters."""
         busy = sum(s.busy for s in self.slots)
@@ -385,7 +404,7 @@ class SessionPool:
             tokens_per_second=round(self.throughput.rate(), 2),
             tokens_window_s=self.throughput.window,
             completion_tokens=self.throughput.total,
-            batch=None if batch is None else batch.summary(),
+            batch=None if batch is None else batch.summary(), draft=self._draft_totals(),
             steps_after_cancel=list(self.steps_after_cancel),
             slots=[{"index": s.index, "busy": s.busy, "served": s.served,
                     "n_past": s.stream.session.n_past if s.stream is not None else 0,

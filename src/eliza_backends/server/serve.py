@@ -40,6 +40,7 @@ import uvicorn
 from ..config import StreamConfig
 from ..serving import model_name
 from .app import create_app
+from .auth import exposure_warning
 from .pool import SessionPool
 
 LogFormat = Literal["text", "json"]
@@ -146,18 +147,23 @@ def serve(bundle: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int 
           parallel: int | Literal["auto"] | None = None, queue: int | None = None,
           config: StreamConfig | None = None, model: str | None = None, grace: float = 10.0,
           log_format: LogFormat = "text", log_level: str = "info",
-          out: IO[str] | None = None) -> int:
+          api_key: str | None = None, out: IO[str] | None = None) -> int:
     """Serve ``bundle`` until interrupted; returns the exit status (0 after a graceful
     shutdown). ``parallel`` concurrent generations batched in one runtime context, or
     ``sessions`` independent ones, over one model load (neither: ``parallel="auto"``; see
     :class:`SessionPool`); ``queue`` more waiting (default 4 per session), ``config`` the
-    sessions' base settings, ``model`` the id clients use (default: the bundle's name).
+    sessions' base settings, ``model`` the id clients use (default: the bundle's name);
+    ``api_key``: every request but ``/health`` must send it (see
+    :mod:`~eliza_backends.server.auth`); without one, a ``host`` beyond loopback is warned
+    about at startup.
     Raises :class:`ElizaError` when the bundle cannot be served (or both ``sessions`` and
-    ``parallel`` are over 1) and ``OSError`` when the address is taken."""
+    ``parallel`` are over 1) and ``OSError`` when the address is taken. A ``config`` with a
+    drafter speculates on every session (``drafter="mtp"`` without ``parallel`` or
+    ``sessions``: one session, as the MTP assistant cannot share a batched context)."""
     out = out or sys.stdout
     configure_logging(log_format, log_level)
-    if parallel is None and sessions is None:
-        parallel = "auto"
+    if parallel is None and sessions is None:  # MTP needs a context of its own: 1 session
+        parallel = None if config is not None and config.drafter == "mtp" else "auto"
     pool = SessionPool(bundle, config, sessions=sessions or 1, parallel=parallel,
                        max_queue=queue, backend=backend)
     try:
@@ -168,8 +174,13 @@ def serve(bundle: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int 
         shown = f"[{host}]" if ":" in host else host
         announce = (f"eliza-backends serve: http://{shown}:{bound}/v1  model {name} on "
                     f"{pool.backend}, {pool.batching}, context {pool.context_size}, "
-                    f"queue {pool.max_queue}; Ctrl-C to stop")
-        uv_config = uvicorn.Config(create_app(pool, model=name), log_config=None,
+                    f"queue {pool.max_queue}{', API key required' if api_key else ''}; "
+                    "Ctrl-C to stop")
+        warning = exposure_warning(host, api_key)
+        if warning:
+            logging.getLogger("eliza_backends.server").warning("%s", warning)
+        uv_config = uvicorn.Config(create_app(pool, model=name, api_key=api_key),
+                                   log_config=None,
                                    access_log=False, lifespan="off", ws="none",
                                    timeout_graceful_shutdown=math.ceil(grace + SHUTDOWN_MARGIN))
         server = _Server(uv_config, pool, grace, announce, out)
