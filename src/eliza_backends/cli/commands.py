@@ -148,7 +148,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                      sessions=args.sessions, parallel=args.parallel, queue=args.queue,
                      config=config,
                      model=args.model_name, grace=args.grace, log_format=args.log_format,
-                     log_level=args.log_level, api_key=api_key)
+                     log_level=args.log_level, api_key=api_key, warm=not args.no_warmup)
     except OSError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR

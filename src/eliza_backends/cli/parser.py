@@ -194,6 +194,9 @@ _COMMANDS: tuple[tuple[str, str, tuple[_Step, ...], dict[str, Any]], ...] = (
         _arg("--temperature", type=float_in(0.0), help="default when a request has none "
              "(default: 0)"),
         _arg("--seed", type=int, help="default when a request has none (default: 0)"),
+        _arg("--no-warmup", action="store_true", help="listen at once, without first "
+             "decoding a few tokens to warm the runtime up (the first request then pays for "
+             "it)"),
         _arg("--grace", type=float_in(0.0, 86400.0), default=10.0,
              help="seconds running requests get to finish after Ctrl-C; then their "
              "connections are closed"),

@@ -147,7 +147,7 @@ def serve(bundle: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int 
           parallel: int | Literal["auto"] | None = None, queue: int | None = None,
           config: StreamConfig | None = None, model: str | None = None, grace: float = 10.0,
           log_format: LogFormat = "text", log_level: str = "info",
-          api_key: str | None = None, out: IO[str] | None = None) -> int:
+          api_key: str | None = None, warm: bool = True, out: IO[str] | None = None) -> int:
     """Serve ``bundle`` until interrupted; returns the exit status (0 after a graceful
     shutdown). ``parallel`` concurrent generations batched in one runtime context, or
     ``sessions`` independent ones, over one model load (neither: ``parallel="auto"``; see
@@ -155,7 +155,8 @@ def serve(bundle: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int 
     sessions' base settings, ``model`` the id clients use (default: the bundle's name);
     ``api_key``: every request but ``/health`` must send it (see
     :mod:`~eliza_backends.server.auth`); without one, a ``host`` beyond loopback is warned
-    about at startup.
+    about at startup; ``warm``: warm the runtime contexts up before listening (see
+    :mod:`~eliza_backends.server.warmup`).
     Raises :class:`ElizaError` when the bundle cannot be served (or both ``sessions`` and
     ``parallel`` are over 1) and ``OSError`` when the address is taken. A ``config`` with a
     drafter speculates on every session (``drafter="mtp"`` without ``parallel`` or
@@ -165,9 +166,12 @@ def serve(bundle: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int 
     if parallel is None and sessions is None:  # MTP needs a context of its own: 1 session
         parallel = None if config is not None and config.drafter == "mtp" else "auto"
     pool = SessionPool(bundle, config, sessions=sessions or 1, parallel=parallel,
-                       max_queue=queue, backend=backend)
+                       max_queue=queue, backend=backend, warm=warm)
     try:
         pool.open()
+        if pool.warmup_seconds:
+            logging.getLogger("eliza_backends.server").info(
+                "warmed up in %.0f ms", pool.warmup_seconds * 1000)
         name = model or model_name(bundle)
         sock = bind(host, port)
         bound = sock.getsockname()[1]
