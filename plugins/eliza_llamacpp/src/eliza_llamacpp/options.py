@@ -32,6 +32,14 @@ class LlamaCppOptions(BaseModel):
         "the memory; what MLX and LiteRT keep, so an f32 GGUF's logprobs then agree with theirs "
         "to ~1e-4 instead of ~1e-2), or q8_0 (half of f16; needs flash_attention on or auto, "
         "as llama.cpp quantizes the V cache only with it).")
+    kv_unified: bool = Field(
+        False, description="A batched context (parallel > 1) keeps one KV cache for all its "
+        "sequences (True) or one per sequence (False, the default, as llama-server's "
+        "-np N). Per-sequence caches lay every sequence out as it is alone, so a batched "
+        "greedy reply equals the same request served alone; a unified cache places a "
+        "sequence's cells among the others', its attention sums round differently and "
+        "replies drift at near-ties. A unified cache shares a copied prefix's cells; "
+        "per-sequence ones copy the source's cache.")
     extra_buffers: bool | None = Field(
         None, description="llama.cpp's extra CPU buffer types (AMX / repacked weights). Default: "
         "on, except on CPUs with AMX, where llama-cpp-python 0.3.36's AMX matmul segfaults on "
