@@ -47,6 +47,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..media import MediaLimits
 from ..openai import chat, completions
 from ..openai.formatting import Responder
 from ..openai.generation import GenerationJob
@@ -105,10 +106,14 @@ class AccessLog:
 
 
 class OpenAIServer:
-    """The routes over one pool. ``model`` is the id the server answers to and names."""
+    """The routes over one pool. ``model`` is the id the server answers to and names;
+    ``media``: the limits on requests' images and audio (None: the defaults, no local
+    files)."""
 
-    def __init__(self, pool: SessionPool, model: str, *, max_body: int = MAX_BODY) -> None:
+    def __init__(self, pool: SessionPool, model: str, *, max_body: int = MAX_BODY,
+                 media: MediaLimits | None = None) -> None:
         self.pool = pool
+        self.media = media
         self.model = model
         self.max_body = max_body
         self.created = int(time.time())
@@ -159,7 +164,8 @@ class OpenAIServer:
             self._check_model(req.model)
             routing = chat.prompt_text(req, self.pool.chat_template, self.pool.template_tokens,
                                        self.model)
-            return await self._generate(request, chat.chat_job(req), req, "chat", routing)
+            return await self._generate(request, chat.chat_job(req, self.media), req, "chat",
+                                        routing)
         except Exception as exc:
             return self._fail(request, exc, chat.PROMPT_PARAM)
 
@@ -214,13 +220,14 @@ class OpenAIServer:
 
 
 def create_app(pool: SessionPool, *, model: str, max_body: int = MAX_BODY,
-               api_key: str | None = None) -> ASGIApp:
-    """The ASGI application serving ``pool`` under the model id ``model`` (with access logs).
+               media: MediaLimits | None = None, api_key: str | None = None) -> ASGIApp:
+    """The ASGI application serving ``pool`` under the model id ``model`` (with access logs);
+    ``media``: the limits on requests' images and audio (see :class:`OpenAIServer`).
     With ``api_key``, every request but ``GET /health`` must carry it, else 401
     (:class:`~eliza_backends.server.auth.ApiKeyGuard`; refused requests are logged too).
 
     The pool must be open; closing it is the caller's job."""
-    server = OpenAIServer(pool, model, max_body=max_body)
+    server = OpenAIServer(pool, model, max_body=max_body, media=media)
 
     async def not_found(request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500

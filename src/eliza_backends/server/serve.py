@@ -38,6 +38,7 @@ from typing import IO, Any, Literal
 import uvicorn
 
 from ..config import StreamConfig
+from ..media import MediaLimits
 from ..serving import model_name
 from .app import create_app
 from .auth import exposure_warning
@@ -147,12 +148,15 @@ def serve(bundle: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int 
           parallel: int | Literal["auto"] | None = None, queue: int | None = None,
           config: StreamConfig | None = None, model: str | None = None, grace: float = 10.0,
           log_format: LogFormat = "text", log_level: str = "info",
-          api_key: str | None = None, warm: bool = True, out: IO[str] | None = None) -> int:
+          out: IO[str] | None = None, allow_media_files: bool = False,
+          api_key: str | None = None, warm: bool = True) -> int:
     """Serve ``bundle`` until interrupted; returns the exit status (0 after a graceful
     shutdown). ``parallel`` concurrent generations batched in one runtime context, or
     ``sessions`` independent ones, over one model load (neither: ``parallel="auto"``; see
     :class:`SessionPool`); ``queue`` more waiting (default 4 per session), ``config`` the
     sessions' base settings, ``model`` the id clients use (default: the bundle's name);
+    ``allow_media_files``: an ``image_url`` may name a local file (a path or ``file://``; off:
+    only data URIs; remote URLs are never fetched).
     ``api_key``: every request but ``/health`` must send it (see
     :mod:`~eliza_backends.server.auth`); without one, a ``host`` beyond loopback is warned
     about at startup; ``warm``: warm the runtime contexts up before listening (see
@@ -183,7 +187,8 @@ def serve(bundle: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int 
         warning = exposure_warning(host, api_key)
         if warning:
             logging.getLogger("eliza_backends.server").warning("%s", warning)
-        uv_config = uvicorn.Config(create_app(pool, model=name, api_key=api_key),
+        media = MediaLimits(allow_files=True) if allow_media_files else None
+        uv_config = uvicorn.Config(create_app(pool, model=name, media=media, api_key=api_key),
                                    log_config=None,
                                    access_log=False, lifespan="off", ws="none",
                                    timeout_graceful_shutdown=math.ceil(grace + SHUTDOWN_MARGIN))

@@ -5,9 +5,10 @@ Two sessions:
 
 * ``interpreter`` (token-exact): the model's own prefill/decode signatures on ai-edge-litert's
   Interpreter, the KV cache held in numpy, the core's numpy sampler; token ids in and out, prefix
-  reuse, slots, cancel between chunks and tokens.
+  reuse, slots, cancel between chunks and tokens (:mod:`eliza_litert.session`).
 * ``engine``: ``litert_lm.Engine`` (LiteRT-LM's own runtime, accelerators and benchmark info);
-  text-level, so token ids must round-trip through the tokenizer, no slots, no prefix reuse.
+  text-level, so token ids must round-trip through the tokenizer, no slots, no prefix reuse
+  (:mod:`eliza_litert.litert_lm_session`).
 
 ``options={"litert-lm": {"session": "auto" | "interpreter" | "engine"}}``; ``auto`` is the
 interpreter on the CPU rung of the accelerator ladder and the engine on an NPU/GPU rung.
@@ -17,7 +18,6 @@ This module stays light: it imports neither ``ai_edge_litert`` nor ``litert_lm``
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import logging
 import os
@@ -35,6 +35,8 @@ from eliza_backends import (
     hookimpl,
 )
 from eliza_backends.backend import (
+    cpu_count,
+    distribution_version,
     native_exit_to_logging,
     native_stderr_to_logging,
     quiet_by_default,
@@ -57,13 +59,6 @@ CPU_EVIDENCE = ("measured decode on x86_64 CPU: LiteRT 0.33-0.58x llama.cpp's to
                 "llama at 1-2 threads (benchmarks/bench_litert_realistic.py)")
 #: Rank on the CPU rung: below llama.cpp (0), because LiteRT measured slower there.
 CPU_RANK = -10
-
-
-def _dist_version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 class LiteRTFactory(Factory):
@@ -119,8 +114,8 @@ class LiteRTFactory(Factory):
             return Availability.no(ladder.error or "no accelerator rung is usable",
                                    **ladder.detail())
         detail = ladder.detail()
-        detail["ai-edge-litert"] = _dist_version("ai-edge-litert") or "?"
-        lm = _dist_version("litert-lm-api")
+        detail["ai-edge-litert"] = distribution_version("ai-edge-litert") or "?"
+        lm = distribution_version("litert-lm-api")
         detail["litert-lm-api"] = lm or "not installed (engine session unavailable)"
         detail["ladder"] = ladder.summary()
         return Availability.yes(**detail)
@@ -201,7 +196,7 @@ class LiteRTFactory(Factory):
                     raise BackendSelectionError(
                         f"the engine session needs a .litertlm under {context.bundle_dir}/text/"
                         f"; {path.name} is a .tflite (use session='interpreter')") from None
-            from .engine_session import open_engine_session
+            from .litert_lm_session import open_engine_session
 
             # the probes only saw files; if the engine cannot start on a rung that was not
             # forced, walk on down the ladder (the CPU rung always probes true)
@@ -221,10 +216,10 @@ class LiteRTFactory(Factory):
                 return session
             raise BackendRuntimeError("LiteRT-LM could not start on any usable rung: "
                                       + "; ".join(failures))
-        from .model import default_threads, shared_model
+        from .model import shared_model
         from .session import LiteRTSession
 
-        threads = config.threads or default_threads()
+        threads = config.threads or cpu_count()
         accel = ladder.chosen.engine_backend if options.runtime == "compiled" else "cpu"
         rung = ladder.chosen
         try:

@@ -10,7 +10,6 @@ thread-safe: every invoke holds :attr:`LoadedModel.lock`.
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
 import os
 import threading
@@ -22,12 +21,18 @@ import numpy as np
 from ai_edge_litert.interpreter import Interpreter  # type: ignore[import-untyped]
 
 from eliza_backends import BundleError, InferenceContext, ModelInfo
-from eliza_backends.backend import Tokenizer, find_tokenizer, load_tokenizer, tokenizer_facts
+from eliza_backends.backend import (
+    Tokenizer,
+    distribution_version,
+    find_tokenizer,
+    load_tokenizer,
+    tokenizer_facts,
+)
 
 from .container import Container, LlmMetadata, check_tflite, container_tokenizer, read_container
 from .model_files import ModelFiles, model_files
 
-RUNTIME = f"ai-edge-litert {importlib.metadata.version('ai-edge-litert')}"
+RUNTIME = f"ai-edge-litert {distribution_version('ai-edge-litert') or 'unknown'}"
 
 
 @dataclass
@@ -206,14 +211,6 @@ def close_model(model: LoadedModel) -> None:
     model.files.remove()
 
 
-def default_threads() -> int:
-    """The CPUs this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
-
-
 def shared_model(context: InferenceContext, path: Path, threads: int, runtime: str,
                  accelerator: str, cache_dir: str | None = None) -> LoadedModel:
     """The model of ``path`` on ``context``: loaded on first use, then shared; closed with the
@@ -223,5 +220,5 @@ def shared_model(context: InferenceContext, path: Path, threads: int, runtime: s
                                                   cache_dir), close_model)
 
 
-__all__ = ["RUNTIME", "LoadedModel", "close_model", "default_threads", "load_model",
+__all__ = ["RUNTIME", "LoadedModel", "close_model", "load_model",
            "shared_model"]

@@ -32,6 +32,12 @@ class LlamaCppOptions(BaseModel):
         "the memory; what MLX and LiteRT keep, so an f32 GGUF's logprobs then agree with theirs "
         "to ~1e-4 instead of ~1e-2), or q8_0 (half of f16; needs flash_attention on or auto, "
         "as llama.cpp quantizes the V cache only with it).")
+    image_max_tokens: int | None = Field(
+        None, ge=1, description="The most embeddings an image may take (libmtmd's "
+        "image_max_tokens: a larger image is scaled down to fit). Default: the model's own "
+        "processor's max_soft_tokens where the bundle has one (a processor_config.json in a "
+        "folder under text/: Gemma 4's, so images are sized as transformers sizes them), else "
+        "llama.cpp's default for the projector.")
     kv_unified: bool = Field(
         False, description="A batched context (parallel > 1) keeps one KV cache for all its "
         "sequences (True) or one per sequence (False, the default, as llama-server's "

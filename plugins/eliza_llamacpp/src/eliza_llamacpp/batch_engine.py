@@ -34,7 +34,8 @@ or a few-shot header is decoded once. The engine keeps every sequence's cached t
 that (updated only when a decode succeeded, cut when positions are dropped), copies only
 whole positions ``0..k-1`` of a sequence that still holds all of them (a sliding-window cache
 that pruned old positions is never copied from), and always decodes at least the last prompt
-token (its logits are needed). Models with recurrent state do not share.
+token (its logits are needed). Models with recurrent state do not share. A sequence's slot
+state is kept in one-stream form whatever the layout (:mod:`eliza_llamacpp.kv_streams`).
 """
 
 from __future__ import annotations
@@ -53,19 +54,12 @@ from eliza_backends import (
     SessionClosedError,
     StreamConfig,
 )
-from eliza_backends.backend import Piece, StepScheduler
+from eliza_backends.backend import Piece, StepScheduler, cpu_count
 
 from .kv_streams import to_one_stream, to_streams
-from .model import (
-    LoadedModel,
-    Outputs,
-    TargetLinkedDrafter,
-    default_threads,
-    load_seq,
-    new_context,
-    save_seq,
-    use_extra_buffers,
-)
+from .lane import TargetLinkedDrafter
+from .llama_context import Outputs, load_seq, new_context, save_seq
+from .model import LoadedModel, use_extra_buffers
 from .options import LlamaCppOptions
 
 R = TypeVar("R")
@@ -202,7 +196,11 @@ class BatchEngine:
         """``llama_decode(ctx, batch)`` on the decoding thread. Returns only once the decode has
         finished, even when the waiting thread is interrupted (the batch is refilled for the next
         step as soon as this returns); the interrupt is raised after."""
-        future = self._decoder.submit(lc.llama_decode, self.ctx, batch)
+        return self.on_own_thread(lambda: lc.llama_decode(self.ctx, batch))
+
+    def on_own_thread(self, call: Callable[[], int]) -> int:
+        """``call()`` on the decoding thread (see :meth:`_decode_on_own_thread`)."""
+        future = self._decoder.submit(call)
         interrupted: BaseException | None = None
         while True:
             try:
@@ -241,7 +239,7 @@ def shared_engine(context: InferenceContext, model: LoadedModel, config: StreamC
                   options: LlamaCppOptions) -> BatchEngine:
     """The engine of ``context`` for ``model`` and the settings that must match to share one
     ``llama_context`` (threads, context and batch sizes, KV cache and flash attention)."""
-    key = ("llama.cpp-batched", str(model.path), config.threads or default_threads(),
+    key = ("llama.cpp-batched", str(model.path), config.threads or cpu_count(),
            config.context_size, config.batch_size, options.n_ubatch, options.flash_attention,
            options.kv_cache_type, options.n_gpu_layers, use_extra_buffers(options),
            options.kv_unified, context.parallel)
@@ -252,7 +250,7 @@ def shared_engine(context: InferenceContext, model: LoadedModel, config: StreamC
 
 
 class SharedLane:
-    """One sequence of a :class:`BatchEngine` (see :class:`eliza_llamacpp.model.Lane`): its
+    """One sequence of a :class:`BatchEngine` (see :class:`eliza_llamacpp.lane.Lane`): its
     decodes are shares of the engine's steps; everything else runs between steps."""
 
     batched = True
@@ -273,7 +271,7 @@ class SharedLane:
 
     def decode(self, tokens: list[int], start: int, outputs: Outputs,
                then: Callable[[int], R], cancelled: Callable[[], bool]) -> R:
-        """See :meth:`eliza_llamacpp.model.Lane.decode`. A prefill (``"last"``) first copies
+        """See :meth:`eliza_llamacpp.lane.Lane.decode`. A prefill (``"last"``) first copies
         the prefix another sequence holds."""
         engine, seq = self.engine, self.seq
         if outputs == "last" and len(tokens) > 1:
@@ -290,33 +288,44 @@ class SharedLane:
 
         return engine.scheduler.submit(seq, tokens, start, n_out, done, cancelled)
 
+    def media(self, start: int, run: Callable[[Any, int, int], int], mark: int) -> int:
+        """See :meth:`eliza_llamacpp.lane.Lane.media`: between steps, on the engine's
+        decoding thread; the positions are cached as ``mark``."""
+        engine, seq = self.engine, self.seq
+        with engine.scheduler.exclusive():
+            end = engine.on_own_thread(lambda: run(engine.ctx, seq, start))
+            cached = engine.cached[seq]
+            del cached[start:]
+            cached.extend([mark] * (end - start))
+        return end
+
     def drop(self, p0: int) -> bool:
-        """See :meth:`eliza_llamacpp.model.Lane.drop`."""
+        """See :meth:`eliza_llamacpp.lane.Lane.drop`."""
         engine = self.engine
         with engine.scheduler.exclusive():
             del engine.cached[self.seq][p0:]
             return bool(lc.llama_memory_seq_rm(engine.mem, self.seq, p0, -1))
 
     def clear(self) -> None:
-        """See :meth:`eliza_llamacpp.model.Lane.clear`."""
+        """See :meth:`eliza_llamacpp.lane.Lane.clear`."""
         self.engine.scheduler.idle(self.seq)
         self.drop(0)
 
     def pos_max(self) -> int:
-        """See :meth:`eliza_llamacpp.model.Lane.pos_max`."""
+        """See :meth:`eliza_llamacpp.lane.Lane.pos_max`."""
         engine = self.engine
         with engine.scheduler.exclusive():
             return int(lc.llama_memory_seq_pos_max(engine.mem, self.seq))
 
     def save(self) -> bytes:
-        """See :meth:`eliza_llamacpp.model.Lane.save`."""
+        """See :meth:`eliza_llamacpp.lane.Lane.save`."""
         engine = self.engine
         with engine.scheduler.exclusive():
             state = save_seq(engine.ctx, self.seq)
         return to_one_stream(state, engine.slot_streams, self.seq)
 
     def load(self, state: bytes, tokens: Sequence[int]) -> bool:
-        """See :meth:`eliza_llamacpp.model.Lane.load`."""
+        """See :meth:`eliza_llamacpp.lane.Lane.load`."""
         engine, seq = self.engine, self.seq
         with engine.scheduler.exclusive():
             cached = engine.cached[seq]
@@ -330,7 +339,7 @@ class SharedLane:
             return True
 
     def idle(self) -> None:
-        """See :meth:`eliza_llamacpp.model.Lane.idle`."""
+        """See :meth:`eliza_llamacpp.lane.Lane.idle`."""
         self.engine.scheduler.idle(self.seq)
 
     def batch_cost(self, token: int, n_kv: int, max_n: int) -> list[float] | None:
