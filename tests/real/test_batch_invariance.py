@@ -1,7 +1,7 @@
 """Batch invariance on a real quantized model: ``serve --parallel 8`` on SmolLM2-135M Q4_1 gives
 every greedy chat request, sent 8 at once, exactly the reply it gets alone (as llama-server
 ``-np 8`` does). The cause of the drift it had: one unified KV cache for all sequences (see
-``eliza_llamacpp.engine``); each sequence now has its own (``kv_unified=False``)."""
+``eliza_llamacpp.batch_engine``); each sequence now has its own (``kv_unified=False``)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 llama.cpp writes a sequence's state as a head (``u32`` magic, ``i32`` sequence id), then its KV
 cache: ``u32 n_stream``, then per stream ``u32 cell_count`` and, when it is not 0, that
 stream's cells. A context with one KV cache per sequence
-(``kv_unified = false``, :mod:`eliza_llamacpp.engine`) has ``n_stream = parallel`` and keeps
+(``kv_unified = false``, :mod:`eliza_llamacpp.batch_engine`) has ``n_stream = parallel`` and keeps
 sequence ``k`` in stream ``k``, so its state of sequence ``k`` is ``[n, 0 * k, count, cells,
 0 * (n - 1 - k)]``; an own context (and a unified cache) writes ``[1, count, cells]``; and
 llama.cpp refuses a state whose stream count is not the context's. :func:`to_one_stream` and
