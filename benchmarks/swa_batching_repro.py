@@ -2,7 +2,8 @@
 
     python benchmarks/swa_batching_repro.py [--bundle examples/bundles/gemma4-mm-tiny] [--runs 8]
 
-Three ~300-token prompts decoded at once on ``InferenceContext(parallel=3)``, each compared with its reply from a session of its own. On gemma4-mm-tiny (Gemma 4,
+Three ~300-token prompts decoded at once on ``InferenceContext(parallel=3)``, each compared
+with its reply from a session of its own. On gemma4-mm-tiny (Gemma 4,
 32-token sliding window) one of them leaves its solo reply at a clear winner (a 0.86-nat gap at
 the solo step) in most runs here: a batched-engine issue with sliding-window models, seen first
 with images and audio (tests/test_multimodal_*.py mark those concurrency tests as known-flaky
