@@ -2,13 +2,16 @@
 
     python benchmarks/swa_batching_repro.py [--bundle examples/bundles/gemma4-mm-tiny] [--runs 8]
 
-Three ~300-token prompts decoded at once on ``InferenceContext(parallel=3)`` (one unified KV
-cache), each compared with its reply from a session of its own. On gemma4-mm-tiny (Gemma 4,
+Three ~300-token prompts decoded at once on ``InferenceContext(parallel=3)``, each compared
+with its reply from a session of its own. On gemma4-mm-tiny (Gemma 4,
 32-token sliding window) one of them leaves its solo reply at a clear winner (a 0.86-nat gap at
 the solo step) in most runs here: a batched-engine issue with sliding-window models, seen first
 with images and audio (tests/test_multimodal_*.py mark those concurrency tests as known-flaky
-with it). ``kv_unified=False`` would separate the sequences' caches, but llama.cpp's
-``seq_cp`` (the engine's prefix sharing) asserts on a non-unified cache.
+with it). One KV cache per sequence (``kv_unified=False``, the engine's default since issue 39,
+which made SmolLM2's batched chat replies equal the solo ones) does not cure it: 3 of 12
+batched replies left their solo reply with it, 4 of 12 with the unified cache
+(``options={"llama.cpp": {"kv_unified": True}}``), 4 runs each, 2026-12-03. The cause here is
+another one (the sliding window with chunked prefills is the next candidate).
 """
 
 from __future__ import annotations

@@ -109,7 +109,7 @@ def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
     be."""
     keys = ["max_tokens", "context_size", "threads", "batch_size", "temperature", "top_k",
             "top_p", "min_p", "repeat_penalty", "seed", "tokens_per_step", "drafter",
-            "draft_length", "ignore_eos"]
+            "draft_length", "draft_policy", "ignore_eos"]
     cfg = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
     if getattr(args, "stop", None):
         cfg["stop"] = tuple(args.stop)
@@ -144,6 +144,12 @@ def check_args(args: argparse.Namespace) -> None:
             f"--sessions {args.sessions} and --parallel {args.parallel}: give one of them "
             "(--parallel N batches N generations in one runtime context sharing every core; "
             "--sessions N runs N independent sessions splitting the cores)")
+    if command == "serve" and args.drafter == "mtp" and (args.parallel or 1) > 1:
+        raise InvalidArgumentError(
+            f"--drafter mtp and --parallel {args.parallel}: the MTP assistant reads its "
+            "target's own llama.cpp context, which a batched context shares among sequences; "
+            "use --sessions N (N independent sessions, each with its assistant), or --drafter "
+            "ngram/model with --parallel")
     if command == "serve" and config is not None and args.parallel is not None and \
             config.batch_size < args.parallel:
         raise InvalidArgumentError(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -143,14 +144,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
               "pip install 'eliza-backends[server]'", file=sys.stderr)
         return EXIT_ERROR
     from ..config import StreamConfig
+    from ..server.auth import API_KEY_ENV, check_api_key
 
     config = StreamConfig(**config_from_args(args))
+    api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
+    if api_key is not None:
+        check_api_key(api_key)  # before the model loads
     try:
         return serve(args.bundle, host=args.host, port=args.port, backend=args.backend,
                      sessions=args.sessions, parallel=args.parallel, queue=args.queue,
                      config=config,
                      model=args.model_name, grace=args.grace, log_format=args.log_format,
-                     log_level=args.log_level, allow_media_files=args.allow_media_files)
+                     log_level=args.log_level, allow_media_files=args.allow_media_files,
+                     api_key=api_key, warm=not args.no_warmup)
     except OSError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR

@@ -189,13 +189,23 @@ _COMMANDS: tuple[tuple[str, str, tuple[_Step, ...], dict[str, Any]], ...] = (
         _arg("--allow-media-files", action="store_true",
              help="let an image_url name a local file (a path or file://); off: data URIs "
              "only (remote URLs are never fetched)"),
-        lambda p: _stream_flags(p, "--context-size", "--batch-size"),
+        _arg("--api-key", metavar="KEY", help="every request but GET /health must send "
+             "'Authorization: Bearer KEY' (or 'x-api-key: KEY'), else 401 (default: "
+             "$ELIZA_API_KEY; none: no key needed, and a --host beyond loopback is warned "
+             "about)"),
+        lambda p: _stream_flags(p, "--context-size", "--batch-size", "--draft-length"),
+        _arg("--draft-policy", choices=["auto", "fixed"], help="auto: each round's draft "
+             "length from the measured acceptance and cost, up to --draft-length; fixed: "
+             "always --draft-length (default: auto)"),
         _arg("--threads", type=int_in(1, 1024), help="compute threads: of the batched "
              "context with --parallel (default: every core), per session with --sessions "
              "(default: the cores divided among the sessions)"),
         _arg("--temperature", type=float_in(0.0), help="default when a request has none "
              "(default: 0)"),
         _arg("--seed", type=int, help="default when a request has none (default: 0)"),
+        _arg("--no-warmup", action="store_true", help="listen at once, without first "
+             "decoding a few tokens to warm the runtime up (the first request then pays for "
+             "it)"),
         _arg("--grace", type=float_in(0.0, 86400.0), default=10.0,
              help="seconds running requests get to finish after Ctrl-C; then their "
              "connections are closed"),

@@ -136,14 +136,20 @@ def text_logprobs(entries: Sequence[TokenLogprob] | None) -> CompletionLogprobs 
 
 
 def usage_of(generations: Sequence[Generation]) -> Usage:
-    """Usage of a response: the prompt once, the completions of every choice."""
+    """Usage of a response: the prompt once, the completions of every choice (and, when
+    they were drafted, the drafted and accepted tokens of every choice)."""
     first = generations[0] if generations else None
     prompt = first.prompt_tokens if first else 0
     completion_total = sum(g.completion_tokens for g in generations)
+    speculated = any(g.speculates for g in generations)
     return Usage(prompt_tokens=prompt, completion_tokens=completion_total,
                  total_tokens=prompt + completion_total,
                  prompt_tokens_details=PromptTokensDetails(
-                     cached_tokens=first.cached_tokens if first else 0))
+                     cached_tokens=first.cached_tokens if first else 0),
+                 drafted_tokens=sum(g.drafted_tokens for g in generations)
+                 if speculated else None,
+                 accepted_tokens=sum(g.accepted_tokens for g in generations)
+                 if speculated else None)
 
 
 __all__ = ["Responder", "assistant_message", "chat_logprobs", "text_logprobs", "usage_of"]

@@ -10,7 +10,8 @@ prefix reuse) and :meth:`Generation.step` returns each step's text delta, with t
 logprob entries in :attr:`Generation.step_logprobs`; when it ends, :attr:`Generation.ended`
 says why (:data:`EndReason`), a tool-call reply is parsed into :attr:`Generation.tool_calls` /
 :attr:`Generation.content`, and the usage counts are ``prompt_tokens``, ``cached_tokens`` and
-``completion_tokens``. The front-end formats all of that in its own API's shapes (the OpenAI
+``completion_tokens`` (and, on a session with a drafter, ``drafted_tokens`` /
+``accepted_tokens``). The front-end formats all of that in its own API's shapes (the OpenAI
 ones: :mod:`.formatting`); the core knows no response shape.
 
 Structured output rides on the same path: ``output`` (a
@@ -135,6 +136,9 @@ class Generation:
         self.prompt_tokens = 0
         self.cached_tokens = 0
         self.completion_tokens = 0
+        #: tokens a speculative drafter proposed, and how many of them the target kept
+        self.drafted_tokens = 0
+        self.accepted_tokens = 0
         self.ended: EndReason | None = None  # why it ended (None: running)
         self.parts: list[str] = []
         self.started_at: float | None = None  # time.perf_counter() at start()
@@ -219,6 +223,11 @@ class Generation:
         return "tool_calls" if ended == "tool_calls" else FINISH_REASONS[ended]
 
     @property
+    def speculates(self) -> bool:
+        """True when the stream's session drafts (its config names a drafter)."""
+        return self.stream.config.drafter != "none"
+
+    @property
     def done(self) -> bool:
         """True once the generation ended (:attr:`ended` is set)."""
         return self.ended is not None
@@ -230,14 +239,16 @@ class Generation:
         if self.ended is not None:
             return ""
         self.stream.check_generation(self)
-        try:  # (the turn's budget caps the step)
-            step = self.stream.next(self.stream.config.tokens_per_step)
+        try:  # the session's step: tokens_per_step, or a speculative round with a drafter
+            step = self.stream.next()  # (the turn's budget caps it)
         except BaseException:
             self.stream.end_generation(self)  # a failed step ends the completion
             raise
         if step.tokens and self.first_token_at is None:
             self.first_token_at = time.perf_counter()
         self.completion_tokens += len(step.tokens)
+        self.drafted_tokens += step.drafted
+        self.accepted_tokens += step.accepted
         text = step.text  # (the session's turn ends at the request's stop strings and budget)
         if step.final:
             self.ended = step.finish_reason or "eos"

@@ -45,6 +45,10 @@ class Usage(BaseModel):
     completion_tokens: int
     total_tokens: int
     prompt_tokens_details: PromptTokensDetails = Field(default_factory=PromptTokensDetails)
+    #: extension fields, present when the server decodes speculatively (``serve --drafter``):
+    #: tokens the drafter proposed, and how many of them the model kept
+    drafted_tokens: int | None = None
+    accepted_tokens: int | None = None
 
 
 class FunctionCall(BaseModel):

@@ -10,6 +10,8 @@ Errors always have OpenAI's body, ``{"error": {"message", "type", "param", "code
        ``max_tokens`` < 1, an unsupported feature), or that cannot fit the context
        window (``code: context_length_exceeded``); ``code`` is the ``ELIZA_*``
        symbol when the check was the backend's
+401    no API key, or a wrong one, on a server started with one (``code: invalid_api_key``;
+       every route but ``/health``)
 404    an unknown route, or a ``model`` this server does not serve (``model_not_found``)
 413    a body over the size limit
 429    every session busy and the wait queue full (``Retry-After`` says when to retry)
@@ -57,6 +59,7 @@ from ..openai.types import (
     parse_request,
 )
 from .api_errors import ApiError, api_error, sse
+from .auth import ApiKeyGuard
 from .pool import Lease, SessionPool
 from .run import GenerationResponse, GenerationRun, starter
 
@@ -217,9 +220,11 @@ class OpenAIServer:
 
 
 def create_app(pool: SessionPool, *, model: str, max_body: int = MAX_BODY,
-               media: MediaLimits | None = None) -> ASGIApp:
+               media: MediaLimits | None = None, api_key: str | None = None) -> ASGIApp:
     """The ASGI application serving ``pool`` under the model id ``model`` (with access logs);
     ``media``: the limits on requests' images and audio (see :class:`OpenAIServer`).
+    With ``api_key``, every request but ``GET /health`` must carry it, else 401
+    (:class:`~eliza_backends.server.auth.ApiKeyGuard`; refused requests are logged too).
 
     The pool must be open; closing it is the caller's job."""
     server = OpenAIServer(pool, model, max_body=max_body, media=media)
@@ -245,7 +250,7 @@ def create_app(pool: SessionPool, *, model: str, max_body: int = MAX_BODY,
         Route("/v1/completions", server.completions, methods=["POST"]),
     ], exception_handlers=handlers)
     app.state.server = server
-    return AccessLog(app)
+    return AccessLog(ApiKeyGuard(app, api_key) if api_key else app)
 
 
 __all__ = ["MAX_BODY", "AccessLog", "ApiError", "GenerationResponse", "OpenAIServer",

@@ -66,6 +66,7 @@ from ..errors import (
 from ..serving import SessionKey, serving_config, session_key
 from ..stream import Stream, open_stream
 from .throughput import Throughput
+from .warmup import warm_up
 
 T = TypeVar("T")
 
@@ -140,6 +141,9 @@ class PoolStats:
     #: the batched context's step totals (:meth:`BatchStats.summary`: steps, mean sequences
     #: per step, ...); None when the slots are not batched
     batch: dict[str, Any] | None = None
+    #: the speculative drafter's totals since the pool opened (``drafter``, ``drafted`` and
+    #: ``accepted`` tokens, ``acceptance``); None when the sessions do not draft
+    draft: dict[str, Any] | None = None
     steps_after_cancel: list[int] = field(default_factory=list)
     slots: list[dict[str, Any]] = field(default_factory=list)
 
@@ -156,14 +160,17 @@ class SessionPool:
     default sampling); ``sessions`` independent sessions, or ``parallel`` batched ones (an
     int, or ``"auto"``; see the module doc); ``max_queue`` requests may wait (default: 4 per
     session); ``backend`` a hard backend request; ``cores`` the CPU budget the threads are
-    divided from (default: this process's CPUs). :meth:`open` loads the model and opens every
-    session (call it before serving); :meth:`close` frees them.
+    divided from (default: this process's CPUs); ``warm``: :meth:`open` warms each runtime
+    context up (:func:`~eliza_backends.server.warmup.warm_up`), so the first request does not
+    pay for the first decode. :meth:`open` loads the model and opens every session (call it
+    before serving); :meth:`close` frees them.
     """
 
     def __init__(self, bundle: str | os.PathLike[str] | InferenceContext,
                  config: StreamConfig | None = None, *, sessions: int = 1,
                  parallel: int | Literal["auto"] | None = None, max_queue: int | None = None,
-                 backend: str | None = None, cores: int | None = None) -> None:
+                 backend: str | None = None, cores: int | None = None,
+                 warm: bool = False) -> None:
         if sessions < 1:
             raise InvalidArgumentError(f"sessions must be >= 1, got {sessions}")
         if parallel is not None and parallel != "auto" and (
@@ -180,6 +187,9 @@ class SessionPool:
         self._parallel = parallel
         self._cores = cores
         self._max_queue = max_queue
+        self._warm = warm
+        #: seconds the warm-up took at :meth:`open` (0: none)
+        self.warmup_seconds = 0.0
         if max_queue is not None and max_queue < 0:
             raise InvalidArgumentError(f"max_queue must be >= 0, got {max_queue}")
         self.max_queue = max_queue if max_queue is not None else 4 * sessions
@@ -200,6 +210,8 @@ class SessionPool:
         self._draining = False
         self._closed = False
         self.served = self.cancelled = self.reopened = self.failed = 0
+        #: tokens the sessions' drafters proposed, and how many the model kept (all requests)
+        self.drafted = self.accepted = 0
         #: per cancelled lease: steps that still completed after cancel() (0 or 1 expected)
         self.steps_after_cancel: deque[int] = deque(maxlen=64)
         self.chat_template: str | None = None
@@ -238,6 +250,8 @@ class SessionPool:
             self.config = config
             while len(self.slots) < count:
                 self._add_slot(config)
+            if self._warm:
+                self.warmup_seconds = self._warm_up()
         except BaseException:
             self.close()
             raise
@@ -250,6 +264,13 @@ class SessionPool:
         self.chat_template = stream.config.chat_template or stream.session.chat_template
         self.template_tokens = stream.session.template_tokens
         self.context_size = stream.session.context_size
+
+    def _warm_up(self) -> float:
+        """Warm every runtime context up on its slots' threads (a batched one once, through
+        its first slot); returns the longest warm-up's seconds."""
+        slots = self.slots[:1] if self.batched else self.slots
+        jobs = [s.executor.submit(warm_up, s.stream) for s in slots if s.stream is not None]
+        return max((job.result() for job in jobs), default=0.0)
 
     def _describe(self) -> str:
         n, threads = len(self.slots), self.config.threads
@@ -371,6 +392,20 @@ class SessionPool:
                 waiter.future.set_result(slot)
                 return
 
+    def count_tokens(self, completion: int, drafted: int = 0, accepted: int = 0) -> None:
+        """Count tokens a request generated (and its drafter proposed / the model kept);
+        call from the event loop."""
+        self.throughput.add(completion)
+        self.drafted += drafted
+        self.accepted += accepted
+
+    def _draft_totals(self) -> dict[str, Any] | None:
+        if self.config.drafter == "none":
+            return None
+        return {"drafter": self.config.drafter, "drafted": self.drafted,
+                "accepted": self.accepted,
+                "acceptance": round(self.accepted / self.drafted, 4) if self.drafted else None}
+
     def stats(self) -> PoolStats:
         """Current counters."""
         busy = sum(s.busy for s in self.slots)
@@ -385,7 +420,7 @@ class SessionPool:
             tokens_per_second=round(self.throughput.rate(), 2),
             tokens_window_s=self.throughput.window,
             completion_tokens=self.throughput.total,
-            batch=None if batch is None else batch.summary(),
+            batch=None if batch is None else batch.summary(), draft=self._draft_totals(),
             steps_after_cancel=list(self.steps_after_cancel),
             slots=[{"index": s.index, "busy": s.busy, "served": s.served,
                     "n_past": s.stream.session.n_past if s.stream is not None else 0,

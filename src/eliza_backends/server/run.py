@@ -94,10 +94,12 @@ class GenerationRun:
             if index:
                 gen = await self.lease.call(starter(self.job), self.configs[index])
             yield index, gen, None
-            meter, counted = self.lease.pool.throughput, gen.completion_tokens
+            pool = self.lease.pool
+            counted = (gen.completion_tokens, gen.drafted_tokens, gen.accepted_tokens)
             async for text, seen in self.lease.run_steps(_stepper(gen), lambda out: out[1].done):
-                meter.add(seen.completion_tokens - counted)
-                counted = seen.completion_tokens
+                now = (seen.completion_tokens, seen.drafted_tokens, seen.accepted_tokens)
+                pool.count_tokens(*(a - b for a, b in zip(now, counted, strict=True)))
+                counted = now
                 yield index, seen, text
             self.finished.append(gen)
 

@@ -41,6 +41,7 @@ from ..config import StreamConfig
 from ..media import MediaLimits
 from ..serving import model_name
 from .app import create_app
+from .auth import exposure_warning
 from .pool import SessionPool
 
 LogFormat = Literal["text", "json"]
@@ -147,7 +148,8 @@ def serve(bundle: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int 
           parallel: int | Literal["auto"] | None = None, queue: int | None = None,
           config: StreamConfig | None = None, model: str | None = None, grace: float = 10.0,
           log_format: LogFormat = "text", log_level: str = "info",
-          out: IO[str] | None = None, allow_media_files: bool = False) -> int:
+          out: IO[str] | None = None, allow_media_files: bool = False,
+          api_key: str | None = None, warm: bool = True) -> int:
     """Serve ``bundle`` until interrupted; returns the exit status (0 after a graceful
     shutdown). ``parallel`` concurrent generations batched in one runtime context, or
     ``sessions`` independent ones, over one model load (neither: ``parallel="auto"``; see
@@ -155,25 +157,39 @@ def serve(bundle: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int 
     sessions' base settings, ``model`` the id clients use (default: the bundle's name);
     ``allow_media_files``: an ``image_url`` may name a local file (a path or ``file://``; off:
     only data URIs; remote URLs are never fetched).
+    ``api_key``: every request but ``/health`` must send it (see
+    :mod:`~eliza_backends.server.auth`); without one, a ``host`` beyond loopback is warned
+    about at startup; ``warm``: warm the runtime contexts up before listening (see
+    :mod:`~eliza_backends.server.warmup`).
     Raises :class:`ElizaError` when the bundle cannot be served (or both ``sessions`` and
-    ``parallel`` are over 1) and ``OSError`` when the address is taken."""
+    ``parallel`` are over 1) and ``OSError`` when the address is taken. A ``config`` with a
+    drafter speculates on every session (``drafter="mtp"`` without ``parallel`` or
+    ``sessions``: one session, as the MTP assistant cannot share a batched context)."""
     out = out or sys.stdout
     configure_logging(log_format, log_level)
-    if parallel is None and sessions is None:
-        parallel = "auto"
+    if parallel is None and sessions is None:  # MTP needs a context of its own: 1 session
+        parallel = None if config is not None and config.drafter == "mtp" else "auto"
     pool = SessionPool(bundle, config, sessions=sessions or 1, parallel=parallel,
-                       max_queue=queue, backend=backend)
+                       max_queue=queue, backend=backend, warm=warm)
     try:
         pool.open()
+        if pool.warmup_seconds:
+            logging.getLogger("eliza_backends.server").info(
+                "warmed up in %.0f ms", pool.warmup_seconds * 1000)
         name = model or model_name(bundle)
         sock = bind(host, port)
         bound = sock.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
         announce = (f"eliza-backends serve: http://{shown}:{bound}/v1  model {name} on "
                     f"{pool.backend}, {pool.batching}, context {pool.context_size}, "
-                    f"queue {pool.max_queue}; Ctrl-C to stop")
+                    f"queue {pool.max_queue}{', API key required' if api_key else ''}; "
+                    "Ctrl-C to stop")
+        warning = exposure_warning(host, api_key)
+        if warning:
+            logging.getLogger("eliza_backends.server").warning("%s", warning)
         media = MediaLimits(allow_files=True) if allow_media_files else None
-        uv_config = uvicorn.Config(create_app(pool, model=name, media=media), log_config=None,
+        uv_config = uvicorn.Config(create_app(pool, model=name, media=media, api_key=api_key),
+                                   log_config=None,
                                    access_log=False, lifespan="off", ws="none",
                                    timeout_graceful_shutdown=math.ceil(grace + SHUTDOWN_MARGIN))
         server = _Server(uv_config, pool, grace, announce, out)

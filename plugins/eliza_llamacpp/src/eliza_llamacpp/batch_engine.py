@@ -2,9 +2,14 @@
 
 On an :class:`~eliza_backends.InferenceContext` made with ``parallel=N``, the sessions with the
 same model and context settings share one :class:`BatchEngine`: a ``llama_context`` of ``N``
-sequences (``n_seq_max = N``) over one unified KV cache of ``N * context_size`` cells
-(``kv_unified``: a cell may belong to several sequences, so a copied prefix costs no cells and
-no copy). Each session owns one sequence id (a :class:`SharedLane`) and asks the engine's
+sequences (``n_seq_max = N``), each with a KV cache of its own of ``context_size`` cells
+(``kv_unified = false``, as llama-server's ``-np N``). **Batch invariance**: a sequence's cells
+then sit exactly where they would if it were alone, so its attention sums run in the same order
+and a batched greedy reply equals the same request served alone (SmolLM2 Q4_1, 8 concurrent
+chat requests, 3 bursts: 24/24 equal; with one unified cache of ``N * context_size`` cells,
+where a sequence's cells fall among the others', 14/24). The option ``kv_unified=True`` keeps
+the unified cache (a copied prefix then shares cells instead of being copied). Each session
+owns one sequence id (a :class:`SharedLane`) and asks the engine's
 :class:`~eliza_backends.backend.StepScheduler` for its decodes; the scheduler puts every
 sequence that wants tokens into one ``llama_decode`` per step and cuts long prefills into pieces
 that ride along with the running decodes. Sampling, stop tokens, constraints, logprobs and
@@ -23,12 +28,14 @@ whose master moved on keeps spinning for a while: measured on SmolLM2 Q4_1 with 
 
 **Shared prefixes.** A prefill that starts where its sequence's cache ends looks for the live
 sequence whose cached tokens share the longest prefix with the new sequence and copies those
-positions (``llama_memory_seq_cp``) instead of decoding them: a system prompt or a few-shot
-header is decoded once. The engine keeps every sequence's cached tokens for that (updated
-only when a decode succeeded, cut when positions are dropped), copies only whole positions
-``0..k-1`` of a sequence that still holds all of them (a sliding-window cache that pruned old
-positions is never copied from), and always decodes at least the last prompt token (its logits
-are needed). Models with recurrent state do not share.
+positions (``llama_memory_seq_cp``; across per-sequence caches llama.cpp copies a whole cache,
+so the copy is cut back to the shared prefix after) instead of decoding them: a system prompt
+or a few-shot header is decoded once. The engine keeps every sequence's cached tokens for
+that (updated only when a decode succeeded, cut when positions are dropped), copies only
+whole positions ``0..k-1`` of a sequence that still holds all of them (a sliding-window cache
+that pruned old positions is never copied from), and always decodes at least the last prompt
+token (its logits are needed). Models with recurrent state do not share. A sequence's slot
+state is kept in one-stream form whatever the layout (:mod:`eliza_llamacpp.kv_streams`).
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ from eliza_backends import (
 )
 from eliza_backends.backend import Piece, StepScheduler, cpu_count
 
+from .kv_streams import to_one_stream, to_streams
 from .lane import TargetLinkedDrafter
 from .llama_context import Outputs, load_seq, new_context, save_seq
 from .model import LoadedModel, use_extra_buffers
@@ -68,7 +76,9 @@ class BatchEngine:
         self.ctx: Any = new_context(model, config, f"a batched context of {parallel} sequences",
                                     n_ubatch=options.n_ubatch,
                                     flash_attention=options.flash_attention,
-                                    kv_cache_type=options.kv_cache_type, n_seq=parallel)
+                                    kv_cache_type=options.kv_cache_type, n_seq=parallel,
+                                    kv_unified=options.kv_unified)
+        self.unified = options.kv_unified
         self.mem = lc.llama_get_memory(self.ctx)
         self.n_batch: int = lc.llama_n_batch(self.ctx)
         #: Positions one sequence may use (the sessions' context window).
@@ -83,6 +93,10 @@ class BatchEngine:
         self.cached: dict[int, list[int]] = {}
         self._share = not (lc.llama_model_is_recurrent(model.ptr)
                            or lc.llama_model_is_hybrid(model.ptr))
+        #: Streams of the KV state a sequence's slot is converted from and to (one per
+        #: sequence; 1: no conversion), so slots restore across layouts (see kv_streams).
+        self.slot_streams = parallel if not self.unified and self._share and \
+            lc.llama_model_n_swa(model.ptr) == 0 else 1
         #: Tokens decoded, and prompt tokens copied from another sequence instead, since the
         #: engine opened.
         self.decoded = 0
@@ -144,7 +158,11 @@ class BatchEngine:
                 best, src = n, other
         if src < 0:
             return start
-        lc.llama_memory_seq_cp(self.mem, src, seq, start, best)
+        if self.unified:
+            lc.llama_memory_seq_cp(self.mem, src, seq, start, best)
+        else:  # across per-sequence caches llama.cpp copies whole caches only: copy, then cut
+            lc.llama_memory_seq_cp(self.mem, src, seq, -1, -1)
+            lc.llama_memory_seq_rm(self.mem, seq, best, -1)
         mine.extend(full[start:best])
         self.prefill_copied += best - start
         return best
@@ -226,7 +244,7 @@ def shared_engine(context: InferenceContext, model: LoadedModel, config: StreamC
     key = ("llama.cpp-batched", str(model.path), config.threads or cpu_count(),
            config.context_size, config.batch_size, options.n_ubatch, options.flash_attention,
            options.kv_cache_type, options.n_gpu_layers, use_extra_buffers(options),
-           context.parallel)
+           options.kv_unified, context.parallel)
     engine = context.shared(key, lambda: BatchEngine(model, config, options, context.parallel),
                             BatchEngine.close)
     context.track_scheduler(engine.scheduler)
@@ -303,8 +321,10 @@ class SharedLane:
 
     def save(self) -> bytes:
         """See :meth:`eliza_llamacpp.lane.Lane.save`."""
-        with self.engine.scheduler.exclusive():
-            return save_seq(self.engine.ctx, self.seq)
+        engine = self.engine
+        with engine.scheduler.exclusive():
+            state = save_seq(engine.ctx, self.seq)
+        return to_one_stream(state, engine.slot_streams, self.seq)
 
     def load(self, state: bytes, tokens: Sequence[int]) -> bool:
         """See :meth:`eliza_llamacpp.lane.Lane.load`."""
@@ -313,7 +333,7 @@ class SharedLane:
             cached = engine.cached[seq]
             cached.clear()
             lc.llama_memory_seq_rm(engine.mem, seq, -1, -1)
-            if not load_seq(engine.ctx, seq, state):
+            if not load_seq(engine.ctx, seq, to_streams(state, engine.slot_streams)):
                 lc.llama_memory_seq_rm(engine.mem, seq, -1, -1)
                 return False
             n = int(lc.llama_memory_seq_pos_max(engine.mem, seq)) + 1

@@ -31,13 +31,14 @@ def new_context(model: LoadedModel, config: StreamConfig, what: str, *,
                 n_ubatch: int | None = None,
                 flash_attention: Literal["off", "on", "auto"],
                 kv_cache_type: Literal["f16", "f32", "q8_0"],
-                mtp_target: Any = None, n_seq: int = 1) -> Any:
+                mtp_target: Any = None, n_seq: int = 1, kv_unified: bool = True) -> Any:
     """A ``llama_context`` on ``model`` for ``n_seq`` sequences of ``config.context_size``
     positions each, with ``n_ubatch`` (default: the batch size), flash attention and the KV
     cache's element type (no defaults here: :class:`LlamaCppOptions` holds them); ``what``
-    names it in the error message. ``n_seq > 1``: one unified KV cache of ``n_seq *
-    context_size`` cells that the sequences share (a copied prefix costs no cells; see
-    :mod:`eliza_llamacpp.batch_engine`). ``mtp_target``: a target's ``llama_context``; the context
+    names it in the error message. ``n_seq > 1``: with ``kv_unified``, one KV cache of
+    ``n_seq * context_size`` cells that the sequences share (a copied prefix costs no cells),
+    else one of ``context_size`` cells per sequence (see :mod:`eliza_llamacpp.batch_engine`).
+    ``mtp_target``: a target's ``llama_context``; the context
     is then an MTP one (``LLAMA_CONTEXT_TYPE_MTP``) over it, one token and one output per
     decode (Gemma 4's assistant: its attention reads that context's KV cache, so the flash
     attention setting and cache type must be the target's)."""
@@ -51,7 +52,7 @@ def new_context(model: LoadedModel, config: StreamConfig, what: str, *,
         params.ctx_other = mtp_target
         params.n_batch = params.n_ubatch = params.n_outputs_max = 1
     params.n_seq_max = n_seq
-    params.kv_unified = n_seq > 1
+    params.kv_unified = n_seq > 1 and kv_unified
     params.n_threads = params.n_threads_batch = threads
     params.no_perf = True
     params.flash_attn_type = _FLASH_ATTN[flash_attention]

@@ -38,6 +38,14 @@ class LlamaCppOptions(BaseModel):
         "processor's max_soft_tokens where the bundle has one (a processor_config.json in a "
         "folder under text/: Gemma 4's, so images are sized as transformers sizes them), else "
         "llama.cpp's default for the projector.")
+    kv_unified: bool = Field(
+        False, description="A batched context (parallel > 1) keeps one KV cache for all its "
+        "sequences (True) or one per sequence (False, the default, as llama-server's "
+        "-np N). Per-sequence caches lay every sequence out as it is alone, so a batched "
+        "greedy reply equals the same request served alone; a unified cache places a "
+        "sequence's cells among the others', its attention sums round differently and "
+        "replies drift at near-ties. A unified cache shares a copied prefix's cells; "
+        "per-sequence ones copy the source's cache.")
     extra_buffers: bool | None = Field(
         None, description="llama.cpp's extra CPU buffer types (AMX / repacked weights). Default: "
         "on, except on CPUs with AMX, where llama-cpp-python 0.3.36's AMX matmul segfaults on "
