@@ -56,7 +56,7 @@ from .plan import (
     host_formats,
     parse_plan,
 )
-from .stages import StageRunner, content_key
+from .stages import StageRunner, content_key, output_bytes, recorded_seconds
 
 
 def default_cache_dir() -> Path:
@@ -211,10 +211,10 @@ class _Job:
         return Path(self.hf.directory) / "model-f32.gguf"
 
     def record(self, fmt: str, precision: str, rel: list[Path], stage: Any) -> None:
-        size = sum(_size(p) for p in rel)
+        size = sum(output_bytes(p) for p in rel)
         self.artifacts.append({"format": fmt, "precision": precision,
                                "paths": [p.relative_to(self.root).as_posix() for p in rel],
-                               "bytes": size, "seconds": round(_stage_time(stage), 1),
+                               "bytes": size, "seconds": round(recorded_seconds(stage), 1),
                                "cached": stage.cached})
         self.stage_keys.append(stage.key)
 
@@ -414,7 +414,7 @@ def _gguf_prepare(job: _Job) -> None:
         _place(job.source, dest)
         job.artifacts.append({"format": "gguf", "precision": "source",
                               "paths": [dest.relative_to(job.root).as_posix()],
-                              "bytes": _size(dest), "seconds": 0.0, "cached": True})
+                              "bytes": output_bytes(dest), "seconds": 0.0, "cached": True})
 
 
 def _gguf_build(job: _Job, p: str, prep: Any, d: Path) -> None:
@@ -584,18 +584,6 @@ def _verify_stage(job: _Job) -> None:
     if not st.cached:  # filed under the modules it loaded, where the next run looks
         st = job.runner.rekey(st, verify_key.verify_key_parts(job.runner.work_dir, vbase))
     shutil.copy2(st.directory / "parity.json", root / "parity.json")
-
-
-def _size(path: Path) -> int:
-    if path.is_dir():
-        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-    return path.stat().st_size
-
-
-def _stage_time(stage: Any) -> float:
-    from .stages import stage_seconds
-
-    return float(stage.seconds if not stage.cached else (stage_seconds(stage.directory) or 0.0))
 
 
 __all__ = ["DEFAULT_PRECISION", "FORMAT_NAMES", "PRECISIONS", "ConvertPlan", "convert",

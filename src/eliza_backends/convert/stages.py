@@ -173,4 +173,18 @@ def stage_seconds(directory: Path) -> float | None:
         return None
 
 
-__all__ = ["StageRecord", "StageRunner", "content_key", "stage_seconds"]
+def recorded_seconds(stage: StageRecord) -> float:
+    """The seconds a stage took: this run's, or, for a cached stage, those of the run that
+    made it (0.0 if unknown)."""
+    return float(stage.seconds if not stage.cached else (stage_seconds(stage.directory) or 0.0))
+
+
+def output_bytes(path: Path) -> int:
+    """The size in bytes of an output: a file, or every file under a folder."""
+    if path.is_dir():
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    return path.stat().st_size
+
+
+__all__ = ["StageRecord", "StageRunner", "content_key", "output_bytes", "recorded_seconds",
+           "stage_seconds"]
