@@ -322,6 +322,7 @@ class EngineSession(Session):
                 # the engine ended its turn (at a stop token it does not emit): say so, never
                 # invent the token
                 self._stream = None
+                self._close_conversation()
                 self._turn_tokens = self._engine_budget
                 return Decoded(out, finish="eos")
             except Exception as exc:
@@ -388,6 +389,9 @@ class EngineSession(Session):
         except Exception:
             pass
         self._stream = None
+        self._close_conversation()
+
+    def _close_conversation(self) -> None:
         if self._conversation is not None:
             with contextlib.suppress(Exception):
                 self._conversation.close()
@@ -421,6 +425,7 @@ class EngineSession(Session):
 
     def _close(self) -> None:
         self._stop_stream()
+        self._close_conversation()
         if self._session is not None:
             self._session.close()
             self._session = None
