@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import media_prompts
 import pytest
 from conftest import TINY_BUNDLE
 
@@ -43,24 +44,12 @@ ENGINE: dict[str, Any] = {"backend": "litert-lm", "max_tokens": PARITY["n_tokens
 INTERP = {"litert-lm": {"session": "interpreter"}}
 
 
-def part(p: dict[str, Any]) -> dict[str, Any]:
-    """A parity message part as the OpenAI content part a client sends."""
-    if p["type"] == "text":
-        return p
-    data = base64.b64encode((BUNDLE / p["path"]).read_bytes()).decode()
-    if p["type"] == "image":
-        return {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}}
-    return {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}}
-
-
 def openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [m if isinstance(m["content"], str) else
-            {"role": m["role"], "content": [part(p) for p in m["content"]]} for m in messages]
+    return media_prompts.openai_messages(BUNDLE, messages)
 
 
 def reply_ids(stream: Stream, messages: list[dict[str, Any]]) -> list[int]:
-    stream.prefill_messages(openai_messages(messages))
-    return [t for step in stream for t in step.tokens]
+    return media_prompts.reply_ids(stream, BUNDLE, messages)
 
 
 #: measured (LiteRT-LM 0.18.1, CPU): the audio prompts agree with the oracle for this many tokens,
@@ -143,7 +132,8 @@ def test_bad_media_on_the_engine_loses_nothing(stream: Stream) -> None:
 def test_the_token_exact_session_takes_no_media() -> None:
     with pytest.raises(UnsupportedOperationError, match="interpreter"):
         open_stream(BUNDLE, backend="litert-lm", media=["image"], options=INTERP)
-    image = part({"type": "image", "path": "media/image-landscape.png"})
+    image = media_prompts.openai_part(
+        BUNDLE, {"type": "image", "path": "media/image-landscape.png"})
     with open_stream(TINY_BUNDLE, backend="litert-lm", max_tokens=4, options=INTERP) as s:
         assert s.session.capabilities.media == frozenset()
         with pytest.raises(UnsupportedOperationError):

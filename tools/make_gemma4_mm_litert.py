@@ -169,13 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         f"for text and audio), compared up to until_stop; gap >= {LITERT_MIN_GAP} there")
     parity["sizes"] = {"vision_config": mm.VISION, "audio_config": mm.AUDIO_TOWER,
                        "tower_parameters": mm.tower_parameters(model)}
-    (out / "parity.json").write_text(json.dumps(parity, indent=1, ensure_ascii=False) + "\n",
-                                     encoding="utf-8")
-    from eliza_backends.bundle import write_manifest
-
-    write_manifest(out, name=NAME)
-    shutil.rmtree(work)
-    log(f"done in {time.time() - t0:.0f}s")
+    base.finish(out, NAME, parity, work, t0)
     return 0
 
 
