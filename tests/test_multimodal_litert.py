@@ -105,6 +105,16 @@ def test_a_second_turn_after_an_image_replays_the_whole_sequence(stream: Stream)
     assert reply_ids(stream, two["messages"]) == expected(two)
 
 
+def test_a_text_chat_after_a_reset_from_an_image_runs_on_the_session(stream: Stream) -> None:
+    stream.reset()
+    reply_ids(stream, PROMPTS["image_portrait"]["messages"])
+    stream.reset()
+    assert stream.session.media == ()
+    assert reply_ids(stream, PROMPTS["text_hello"]["messages"]) == expected(
+        PROMPTS["text_hello"])
+    assert stream.session._conversation is None  # type: ignore[attr-defined]
+
+
 BAD = {
     "truncated image": {"type": "image_url", "image_url": {
         "url": "data:image/png;base64," + base64.b64encode(

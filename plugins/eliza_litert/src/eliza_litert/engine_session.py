@@ -258,7 +258,7 @@ class EngineSession(Session):
         return text
 
     def _prefill(self, token_ids: list[int]) -> None:
-        if self.media or self._media_blobs:
+        if self.media:
             # media mode: the next decode gives the whole sequence to a conversation
             self._stop_stream()
             self._turn_tokens = 0
@@ -404,8 +404,8 @@ class EngineSession(Session):
             old.close()
         self._session = self._new_session(self.config)
         self._turn_tokens = 0
-        if not self.media:
-            self._media_blobs.clear()
+        held = {span.digest for span in self.media}  # (the spans the core still keeps)
+        self._media_blobs = {d: b for d, b in self._media_blobs.items() if d in held}
 
     def _token_bytes(self, token_id: int) -> bytes:
         return self._loaded.tokenizer.piece(token_id)
