@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar
 
+import media_prompts
 import numpy as np
 import pytest
 
@@ -48,24 +49,12 @@ SWA_BATCHING = pytest.mark.xfail(strict=False, reason=(
     "a unified one (the engine's prefix sharing)"))
 
 
-def part(p: dict[str, Any]) -> dict[str, Any]:
-    """A parity message part as the OpenAI content part a client sends."""
-    if p["type"] == "text":
-        return p
-    data = base64.b64encode((BUNDLE / p["path"]).read_bytes()).decode()
-    if p["type"] == "image":
-        return {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}}
-    return {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}}
-
-
 def openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [m if isinstance(m["content"], str) else
-            {"role": m["role"], "content": [part(p) for p in m["content"]]} for m in messages]
+    return media_prompts.openai_messages(BUNDLE, messages)
 
 
 def reply_ids(stream: Stream, messages: list[dict[str, Any]]) -> list[int]:
-    stream.prefill_messages(openai_messages(messages))
-    return [t for step in stream for t in step.tokens]
+    return media_prompts.reply_ids(stream, BUNDLE, messages)
 
 
 @pytest.fixture(scope="module")

@@ -184,7 +184,11 @@ def write_tokenizer(text_dir: Path, out: Path) -> None:
 def processors() -> tuple[Any, Any]:
     from transformers.models.gemma4 import Gemma4AudioFeatureExtractor, Gemma4ImageProcessorPil
 
-    return Gemma4ImageProcessorPil(max_soft_tokens=MAX_SOFT_TOKENS), Gemma4AudioFeatureExtractor()
+    # the patch / pooling of VISION (as a sibling tool sets them: make_gemma4_mm_litert.py)
+    image = Gemma4ImageProcessorPil(max_soft_tokens=MAX_SOFT_TOKENS,
+                                    patch_size=VISION["patch_size"],
+                                    pooling_kernel_size=VISION["pooling_kernel_size"])
+    return image, Gemma4AudioFeatureExtractor()
 
 
 def write_processor_config(out: Path) -> None:

@@ -195,14 +195,19 @@ def main(argv: list[str] | None = None) -> int:
     parity["sizes"] = {"text_config": {k: text_cfg[k] for k in ("vocab_size", *g4.TARGET)},
                        "vision_config": mm.VISION, "audio_config": mm.AUDIO_TOWER,
                        "tower_parameters": mm.tower_parameters(model)}
+    finish(out, NAME, parity, work, t0)
+    return 0
+
+
+def finish(out: Path, name: str, parity: dict[str, Any], work: Path, t0: float) -> None:
+    """Write parity.json and the manifest, remove the scratch folder."""
     (out / "parity.json").write_text(json.dumps(parity, indent=1, ensure_ascii=False) + "\n",
                                      encoding="utf-8")
     from eliza_backends.manifest import write_manifest
 
-    write_manifest(out, name=NAME)
+    write_manifest(out, name=name)
     shutil.rmtree(work)
-    log(f"done in {time.time() - t0:.0f}s")
-    return 0
+    print(f"[{name}] done in {time.time() - t0:.0f}s", flush=True)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from eliza_backends import (
     InferenceContext,
     Session,
     StreamConfig,
+    UnsupportedOperationError,
     hookimpl,
 )
 from eliza_backends.backend import (
@@ -165,6 +166,22 @@ class LiteRTFactory(Factory):
             return where
         return f"{where} (LiteRT-LM model type {kind})" if kind else where
 
+    def media(self, bundle_dir: str | os.PathLike[str]) -> Mapping[str, str]:
+        """Images / audio where the bundle's ``.litertlm`` carries their encoders (a header
+        read): the engine session takes them (``session='auto'`` picks it for a stream that
+        asks for media); the token-exact interpreter session takes none."""
+        from .container import read_container
+        from .litert_lm_media import container_media
+
+        if importlib.util.find_spec("litert_lm") is None:
+            return {}
+        try:
+            path = self.artifact(bundle_dir, formats=("litertlm",))
+            kinds = container_media(read_container(path))
+        except BundleError:
+            return {}
+        return {k: f"{why} (LiteRT-LM engine session)" for k, why in kinds.items()}
+
     def open(self, context: InferenceContext, config: StreamConfig) -> Session:
         # LiteRT writes its load-time log lines to fd 2 itself: route them into logging (and
         # the ones it writes when the process exits: DestroyAccelerator ...)
@@ -182,7 +199,13 @@ class LiteRTFactory(Factory):
             raise BackendSelectionError(ladder.error or "no accelerator rung is usable")
         kind = options.session
         if kind == "auto":
-            kind = "interpreter" if ladder.chosen.name == "cpu" else "engine"
+            kind = "engine" if config.media else (
+                "interpreter" if ladder.chosen.name == "cpu" else "engine")
+        if kind == "interpreter" and config.media:
+            raise UnsupportedOperationError(
+                f"the token-exact LiteRT session (session='interpreter') takes no media "
+                f"({', '.join(sorted(config.media))}): use session='engine' with a .litertlm "
+                "that carries the encoders")
         path = self.artifact(context.bundle_dir, name=options.artifact)
         if kind == "engine":
             if importlib.util.find_spec("litert_lm") is None:

@@ -53,10 +53,18 @@ from eliza_backends import (
     StreamConfig,
     UnsupportedOperationError,
 )
-from eliza_backends.backend import Tokenizer
+from eliza_backends.backend import MediaItem, MediaTokens, Tokenizer
 
 from .container import container_tokenizer, read_container
 from .ladder import Rung
+from .litert_lm_media import (
+    MARKERS,
+    container_media,
+    media_bytes,
+    media_part,
+    soft_token_count,
+    stream_conversation,
+)
 from .options import LiteRTOptions
 
 
@@ -73,6 +81,8 @@ class LoadedEngine:
     cache_dir: str
     owns_cache_dir: bool
     added: dict[int, str]  # added/special token id -> its text (the engine parses it back)
+    #: the media kinds the container carries encoders for (the engine runs them on the CPU)
+    media: frozenset[str] = frozenset()
 
 
 def _backend(rung: Rung, threads: int | None) -> Any:
@@ -121,9 +131,12 @@ def load_engine(path: Path, rung: Rung, threads: int | None, cache_dir: str | No
     elif not Path(cache_dir).is_dir():
         raise InvalidArgumentError(f"cache_dir {cache_dir!r} does not exist; LiteRT-LM needs an "
                                    "existing directory (or leave it unset for a temporary one)")
+    media = frozenset(container_media(container))
+    encoders = {f"{'vision' if k == 'image' else k}_backend": litert_lm.Backend.CPU()
+                for k in media}
     try:
         engine = litert_lm.Engine(str(path), backend=_backend(rung, threads), cache_dir=cache_dir,
-                                  max_num_tokens=meta.max_num_tokens)
+                                  max_num_tokens=meta.max_num_tokens, **encoders)
     except Exception as exc:
         if owns:
             shutil.rmtree(cache_dir, ignore_errors=True)
@@ -134,7 +147,7 @@ def load_engine(path: Path, rung: Rung, threads: int | None, cache_dir: str | No
                      template_tokens=tok.template_tokens(bos, frozenset(eog)), artifact=path,
                      control_tokens=tok.control_texts)
     return LoadedEngine(path, engine, tok, info, eog, meta.max_num_tokens or 4096, cache_dir,
-                        owns, added)
+                        owns, added, media)
 
 
 def close_engine(loaded: LoadedEngine) -> None:
@@ -182,13 +195,17 @@ class EngineSession(Session):
         #: the engine session's own output budget per turn (max_output_tokens): the config's,
         #: raised to the context window the first time a turn's budget (set_turn) exceeds it
         self._engine_budget = config.max_tokens
+        #: media mode (the sequence holds media): the file bytes of each item by digest, and
+        #: the conversation streaming the current turn (see litert_lm_media)
+        self._media_blobs: dict[str, bytes] = {}
+        self._conversation: Any = None
         self._session = self._new_session(config)
         # one position is kept for the start token the engine adds when a sequence does not
         # begin with it
         super().__init__(config, context, loaded.info,
                          context_size=min(config.context_size, loaded.max_tokens) - 1)
 
-    def _new_session(self, config: StreamConfig) -> Any:
+    def _sampler(self, config: StreamConfig) -> Any:
         if config.greedy:
             sampler = litert_lm.SamplerConfig(top_k=1, temperature=0.0, seed=config.seed)
         else:
@@ -198,6 +215,10 @@ class EngineSession(Session):
             sampler = litert_lm.SamplerConfig(
                 top_k=top_k, top_p=config.top_p, temperature=config.temperature,
                 seed=config.seed)
+        return sampler
+
+    def _new_session(self, config: StreamConfig) -> Any:
+        sampler = self._sampler(config)
         try:
             return self._loaded.engine.create_session(
                 apply_prompt_template=False, sampler_config=sampler,
@@ -208,7 +229,8 @@ class EngineSession(Session):
     @property
     def capabilities(self) -> Capabilities:
         return Capabilities(token_input=False, prefix_reuse=False, slots=False,
-                            cancel_prefill=False, sampling=True, ignore_eos=False)
+                            cancel_prefill=False, sampling=True, ignore_eos=False,
+                            media=self._loaded.media)
 
     # ------------------------------------------------------------------ hooks
 
@@ -236,6 +258,11 @@ class EngineSession(Session):
         return text
 
     def _prefill(self, token_ids: list[int]) -> None:
+        if self.media:
+            # media mode: the next decode gives the whole sequence to a conversation
+            self._stop_stream()
+            self._turn_tokens = 0
+            return
         grow = self._turn_max_tokens > self._engine_budget
         if grow:  # (once per session: the new engine session's budget is the whole window)
             self._engine_budget = max(self.context_size, self._turn_max_tokens)
@@ -286,7 +313,7 @@ class EngineSession(Session):
                 if self._turn_tokens >= self._engine_budget:
                     break
                 try:
-                    self._stream = iter(self._session.run_decode_async())
+                    self._stream = self._start_stream()
                 except Exception as exc:
                     raise BackendRuntimeError(f"LiteRT-LM decode failed: {exc}") from None
             try:
@@ -295,12 +322,13 @@ class EngineSession(Session):
                 # the engine ended its turn (at a stop token it does not emit): say so, never
                 # invent the token
                 self._stream = None
+                self._close_conversation()
                 self._turn_tokens = self._engine_budget
                 return Decoded(out, finish="eos")
             except Exception as exc:
                 self._stream = None
                 raise BackendRuntimeError(f"LiteRT-LM decode failed: {exc}") from None
-            text = "".join(chunk.texts)
+            text = chunk if isinstance(chunk, str) else "".join(chunk.texts)
             if text:
                 ids = list(self._loaded.engine.tokenize(text))
                 self._turn_tokens += 1
@@ -309,19 +337,65 @@ class EngineSession(Session):
             return Decoded(out, finish="eos")
         return Decoded(out)
 
+    def _start_stream(self) -> Iterator[Any]:
+        """The engine's reply stream: the session's decode, or in media mode a conversation
+        on the whole sequence (its text runs and its media items in order)."""
+        if not self.media:
+            return iter(self._session.run_decode_async())
+        seq, parts, pos = list(self._sequence), [], 0
+        if seq and seq[0] == self.bos_token_id:
+            pos = 1  # the engine opens the conversation with it itself
+        for span in self.media:  # the span covers the item's markers (the engine adds them)
+            parts.append({"type": "text", "text": self._text_of(seq[pos:span.start],
+                                                                  check=False)})
+            parts.append(media_part(span.kind, self._media_blobs[span.digest]))
+            pos = span.end
+        parts.append({"type": "text", "text": self._text_of(seq[pos:], check=False)})
+        self._conversation, stream = stream_conversation(
+            self._loaded.engine, self._sampler(self.config), self._engine_budget,
+            [p for p in parts if p.get("text") != ""])
+        return stream
+
+    def _media_tokens(self, item: MediaItem) -> MediaTokens:
+        if item.kind not in self._loaded.media:
+            raise UnsupportedOperationError(
+                f"{self._loaded.path.name} carries no {item.kind} encoder")
+        data = self._media_blobs.get(item.digest) or media_bytes(item)
+        count = soft_token_count(self._loaded.engine, self._sampler(self.config), item.kind,
+                                 data)
+        begin, soft, end = (self._loaded.tokenizer.token_id(t) for t in MARKERS[item.kind])
+        if begin is None or soft is None or end is None:
+            raise BundleError(f"{self._loaded.path.name}'s tokenizer lacks the {item.kind} "
+                              f"markers {MARKERS[item.kind]}")
+        return MediaTokens((begin,), soft, count, (end,), handle=data)
+
+    def _prefill_media(self, item: MediaItem, tokens: MediaTokens) -> None:
+        assert isinstance(tokens.handle, bytes)
+        self._stop_stream()
+        self._media_blobs[item.digest] = tokens.handle
+        self._turn_tokens = 0
+
     def _stop_stream(self, cancel: bool = True) -> None:
         self._buffer = []
         if self._stream is None:
             return
+        runner = self._conversation if self._conversation is not None else self._session
         if cancel:
             with contextlib.suppress(Exception):
-                self._session.cancel_process()
+                runner.cancel_process()
         try:
             for _ in self._stream:
                 pass
         except Exception:
             pass
         self._stream = None
+        self._close_conversation()
+
+    def _close_conversation(self) -> None:
+        if self._conversation is not None:
+            with contextlib.suppress(Exception):
+                self._conversation.close()
+            self._conversation = None
 
     def _reset(self) -> None:
         self._stop_stream()
@@ -330,6 +404,8 @@ class EngineSession(Session):
             old.close()
         self._session = self._new_session(self.config)
         self._turn_tokens = 0
+        held = {span.digest for span in self.media}  # (the spans the core still keeps)
+        self._media_blobs = {d: b for d, b in self._media_blobs.items() if d in held}
 
     def _token_bytes(self, token_id: int) -> bytes:
         return self._loaded.tokenizer.piece(token_id)
@@ -349,6 +425,7 @@ class EngineSession(Session):
 
     def _close(self) -> None:
         self._stop_stream()
+        self._close_conversation()
         if self._session is not None:
             self._session.close()
             self._session = None
