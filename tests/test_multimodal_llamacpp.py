@@ -42,11 +42,11 @@ CONFIG: dict[str, Any] = {"backend": "llama.cpp", "max_tokens": N_TOKENS, "ignor
 
 
 SWA_BATCHING = pytest.mark.xfail(strict=False, reason=(
-    "known, not media: on a batched llama.cpp context (kv_unified) a sliding-window model's "
-    "sequence can leave its solo greedy reply at a clear winner when the other sequences are "
-    "at other positions; text-only prompts past gemma4-mm-tiny's 32-token window show it too "
-    "(about 1 run in 4 here); a non-unified cache would avoid it but llama.cpp's seq_cp needs "
-    "a unified one (the engine's prefix sharing)"))
+    "known, not media (issue 37's note): on a batched llama.cpp context a sliding-window "
+    "model's sequence can leave its solo greedy reply at a clear winner when the other "
+    "sequences are at other positions; text-only prompts past gemma4-mm-tiny's 32-token window "
+    "show it too (benchmarks/swa_batching_repro.py: 4/12 replies with one shared KV cache, "
+    "3/12 with one cache per sequence, the default since issue 39)"))
 
 
 def openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
