@@ -1,7 +1,8 @@
 """The OpenAI-compatible HTTP API, as a Starlette ASGI application over a :class:`SessionPool`.
 
-Routes: ``POST /v1/chat/completions`` and ``POST /v1/completions`` (JSON, or server-sent events
-with ``"stream": true``), ``GET /v1/models`` (and ``/v1/models/{id}``), ``GET /health``.
+Routes: ``POST /v1/chat/completions``, ``POST /v1/completions`` and ``POST /v1/responses`` (JSON,
+or server-sent events with ``"stream": true``; stored responses at ``GET`` / ``DELETE
+/v1/responses/{id}``), ``GET /v1/models`` (and ``/v1/models/{id}``), ``GET /health``.
 
 Errors always have OpenAI's body, ``{"error": {"message", "type", "param", "code"}}``:
 
@@ -36,7 +37,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -45,15 +46,19 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..openai import chat, completions
-from ..openai.formatting import Responder
+from ..openai import chat, completions, responses
+from ..openai.formatting import Formatter, Responder
 from ..openai.generation import GenerationJob
+from ..openai.response_store import ResponseStore
+from ..openai.responses_events import ResponsesFormatter
+from ..openai.responses_types import ResponseDeleted, ResponsesRequest
 from ..openai.types import (
     ChatCompletionRequest,
     CompletionRequest,
     ModelCard,
     ModelList,
     parse_request,
+    validate_body,
 )
 from .api_errors import ApiError, api_error, sse
 from .pool import Lease, SessionPool
@@ -104,10 +109,13 @@ class AccessLog:
 class OpenAIServer:
     """The routes over one pool. ``model`` is the id the server answers to and names."""
 
-    def __init__(self, pool: SessionPool, model: str, *, max_body: int = MAX_BODY) -> None:
+    def __init__(self, pool: SessionPool, model: str, *, max_body: int = MAX_BODY,
+                 response_store: ResponseStore | None = None) -> None:
         self.pool = pool
         self.model = model
         self.max_body = max_body
+        #: the responses ``previous_response_id`` and ``GET /v1/responses/{id}`` find
+        self.response_store = response_store if response_store is not None else ResponseStore()
         self.created = int(time.time())
 
     # ------------------------------------------------------------------ plain routes
@@ -156,7 +164,8 @@ class OpenAIServer:
             self._check_model(req.model)
             routing = chat.prompt_text(req, self.pool.chat_template, self.pool.template_tokens,
                                        self.model)
-            return await self._generate(request, chat.chat_job(req), req, "chat", routing)
+            return await self._generate(request, chat.chat_job(req), Responder("chat", self.model),
+                                        routing, req.stream, req.include_usage)
         except Exception as exc:
             return self._fail(request, exc, chat.PROMPT_PARAM)
 
@@ -165,10 +174,42 @@ class OpenAIServer:
             req = parse_request(CompletionRequest, await self._body(request))
             self._check_model(req.model)
             routing = completions.prompt_text(req)
-            return await self._generate(request, completions.completion_job(req), req, "text",
-                                        routing)
+            return await self._generate(request, completions.completion_job(req),
+                                        Responder("text", self.model), routing, req.stream,
+                                        req.include_usage)
         except Exception as exc:
             return self._fail(request, exc, completions.PROMPT_PARAM)
+
+    # ------------------------------------------------------------------ responses
+
+    async def responses(self, request: Request) -> Response:
+        """``POST /v1/responses``: the Responses front-end (:mod:`eliza_backends.openai.responses`)
+        over the same core, stored in :attr:`response_store` when ``store``."""
+        try:
+            req = validate_body(ResponsesRequest, await self._body(request))
+            self._check_model(req.model)
+            plan = responses.responses_plan(req, self.response_store)
+            routing = chat.prompt_text(plan.chat, self.pool.chat_template,
+                                       self.pool.template_tokens, self.model)
+            formatter = ResponsesFormatter(req, self.model, plan.conversation,
+                                           self.response_store)
+            return await self._generate(request, plan.job, formatter, routing, req.stream,
+                                        False)
+        except Exception as exc:
+            return self._fail(request, exc, responses.PROMPT_PARAM)
+
+    async def stored_response(self, request: Request) -> Response:
+        """``GET`` / ``DELETE /v1/responses/{id}``: a stored response, or forget it."""
+        response_id = request.path_params["response_id"]
+        entry = self.response_store.get(response_id)
+        if entry is None:
+            return ApiError(404, f"no stored response {response_id!r} (made with store: false, "
+                            "deleted, evicted, or the server restarted)",
+                            param="response_id", code="not_found").response()
+        if request.method == "DELETE":
+            self.response_store.delete(response_id)
+            return JSONResponse(ResponseDeleted(id=response_id).model_dump())
+        return JSONResponse(entry.response.model_dump(exclude_none=True))
 
     def _check_model(self, name: str | None) -> None:
         if name is not None and name != self.model:
@@ -179,14 +220,12 @@ class OpenAIServer:
         request.scope[_LOG_KEY]["error"] = error.detail.code or error.detail.type
         return error.response()
 
-    async def _generate(self, request: Request, job: GenerationJob,
-                        req: ChatCompletionRequest | CompletionRequest,
-                        kind: Literal["chat", "text"], routing: str) -> Response:
-        """Starts ``job`` (of ``req``) on a leased session (its first choice's prompt is decoded
-        before this returns, so prompt errors become plain HTTP errors) and answers it, whole
-        or streamed."""
+    async def _generate(self, request: Request, job: GenerationJob, responder: Formatter,
+                        routing: str, stream: bool, include_usage: bool) -> Response:
+        """Starts ``job`` on a leased session (its first choice's prompt is decoded before
+        this returns, so prompt errors become plain HTTP errors) and answers it, whole or
+        streamed (``stream``), in ``responder``'s shapes."""
         log: dict[str, Any] = request.scope[_LOG_KEY]
-        responder = Responder(kind, self.model)
         configs = [job.session_config(self.pool.config, i) for i in range(job.n)]
         lease = await self.pool.acquire(routing, configs[0])
         log["slot"] = lease.slot.index
@@ -196,8 +235,8 @@ class OpenAIServer:
             lease.release()
             raise
         log["prompt_tokens"], log["cached_tokens"] = first.prompt_tokens, first.cached_tokens
-        run = GenerationRun(job, req.include_usage, configs, lease, first, log, routing, responder)
-        if not req.stream:
+        run = GenerationRun(job, include_usage, configs, lease, first, log, routing, responder)
+        if not stream:
             return await run.whole(self._cancel_on_disconnect(request, lease))
         return GenerationResponse(run.events(), lease)
 
@@ -219,7 +258,7 @@ def create_app(pool: SessionPool, *, model: str, max_body: int = MAX_BODY) -> AS
     async def not_found(request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
         message = (f"no route {request.method} {request.url.path}; this server has "
-                   "/v1/chat/completions, /v1/completions, /v1/models and /health"
+                   "/v1/chat/completions, /v1/completions, /v1/responses, /v1/models and /health"
                    if status in (404, 405) else str(exc))
         return ApiError(status, message, code="not_found" if status == 404 else None
                         ).response()
@@ -235,6 +274,9 @@ def create_app(pool: SessionPool, *, model: str, max_body: int = MAX_BODY) -> AS
         Route("/v1/models/{model:path}", server.model_card, methods=["GET"]),
         Route("/v1/chat/completions", server.chat_completions, methods=["POST"]),
         Route("/v1/completions", server.completions, methods=["POST"]),
+        Route("/v1/responses", server.responses, methods=["POST"]),
+        Route("/v1/responses/{response_id}", server.stored_response,
+              methods=["GET", "DELETE"]),
     ], exception_handlers=handlers)
     app.state.server = server
     return AccessLog(app)
