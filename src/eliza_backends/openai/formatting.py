@@ -57,7 +57,7 @@ class Formatter(Protocol):
     #: the data of the stream's last event (OpenAI's ``[DONE]``), or None
     done_marker: str | None
 
-    def opening(self, index: int) -> list[BaseModel]: ...
+    def opening(self, index: int, generation: Generation) -> list[BaseModel]: ...
 
     def step(self, index: int, text: str, generation: Generation) -> list[BaseModel]: ...
 
@@ -119,8 +119,9 @@ class Responder:
         return Completion(id=self.id, created=self.created, model=self.model, choices=[],
                           usage=usage)
 
-    def opening(self, index: int) -> list[BaseModel]:
-        """The events that open choice ``index`` (:meth:`first_chunk`, if any)."""
+    def opening(self, index: int, generation: Generation) -> list[BaseModel]:
+        """The events that open choice ``index`` (:meth:`first_chunk`, if any), once its
+        ``generation`` started."""
         first = self.first_chunk(index)
         return [] if first is None else [first]
 

@@ -132,7 +132,9 @@ class Generation:
         self.first_token_at: float | None = None
         self.stop = tuple(stop)
 
-    def _prompt_ids(self) -> list[int]:
+    def prompt_ids(self) -> list[int]:
+        """The prompt's token ids as :meth:`start` prefills them (messages rendered with the
+        template and the tools, text tokenized); on the stream's consumer thread."""
         prompt = self.prompt
         if isinstance(prompt, str):
             return self.stream.session.tokenize(prompt, add_special=True)
@@ -160,7 +162,7 @@ class Generation:
             raise
 
     def _start(self) -> None:
-        ids = self._prompt_ids()
+        ids = self.prompt_ids()
         window = self.stream.session.context_size
         if not ids:
             raise InvalidArgumentError("the prompt is empty: send at least one token of text")

@@ -134,7 +134,7 @@ def run_local(job: GenerationJob, responder: Formatter, streams: LocalStreams, *
         try:
             for index in range(job.n):
                 gen = started(index)
-                yield from responder.opening(index)
+                yield from responder.opening(index, gen)
                 while not gen.done:
                     yield from responder.step(index, gen.step(), gen)
                 finished.append(gen)

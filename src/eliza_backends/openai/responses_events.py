@@ -136,7 +136,7 @@ class ResponsesFormatter:
         self._sequence += 1
         return event
 
-    def opening(self, index: int) -> list[BaseModel]:
+    def opening(self, index: int, generation: Generation) -> list[BaseModel]:
         """``response.created`` and ``response.in_progress``."""
         snapshot = self.response("in_progress").model_dump(exclude_none=True)
         return [self._event("response.created", response=snapshot),

@@ -2,9 +2,11 @@
 
 Routes: ``POST /v1/chat/completions``, ``POST /v1/completions`` and ``POST /v1/responses`` (JSON,
 or server-sent events with ``"stream": true``; stored responses at ``GET`` / ``DELETE
-/v1/responses/{id}``), ``GET /v1/models`` (and ``/v1/models/{id}``), ``GET /health``.
+/v1/responses/{id}``), Anthropic's ``POST /v1/messages`` (and ``/v1/messages/count_tokens``),
+``GET /v1/models`` (and ``/v1/models/{id}``), ``GET /health``.
 
-Errors always have OpenAI's body, ``{"error": {"message", "type", "param", "code"}}``:
+Errors have OpenAI's body, ``{"error": {"message", "type", "param", "code"}}`` (Anthropic's,
+``{"type": "error", "error": {"type", "message"}}``, on ``/v1/messages``):
 
 =====  ==========================================================================
 400    a request that does not validate (unknown field, wrong type, empty messages,
@@ -46,9 +48,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..openai import chat, completions, responses
+from ..openai import anthropic_messages, chat, completions, responses
+from ..openai.anthropic_events import MessagesFormatter
+from ..openai.anthropic_types import MessagesRequest, TokenCount
+from ..openai.anthropic_types import error_body as anthropic_error_body
 from ..openai.formatting import Formatter, Responder
-from ..openai.generation import GenerationJob
+from ..openai.generation import Generation, GenerationJob
 from ..openai.response_store import ResponseStore
 from ..openai.responses_events import ResponsesFormatter
 from ..openai.responses_types import ResponseDeleted, ResponsesRequest
@@ -211,14 +216,57 @@ class OpenAIServer:
             return JSONResponse(ResponseDeleted(id=response_id).model_dump())
         return JSONResponse(entry.response.model_dump(exclude_none=True))
 
+    # ------------------------------------------------------------------ Anthropic messages
+
+    async def messages(self, request: Request) -> Response:
+        """``POST /v1/messages``: Anthropic's Messages API
+        (:mod:`eliza_backends.openai.anthropic_messages`) over the same core, with Anthropic's
+        events and error bodies."""
+        try:
+            req = validate_body(MessagesRequest, await self._body(request))
+            self._check_model(req.model)
+            chat_req = anthropic_messages.chat_request(req)
+            routing = chat.prompt_text(chat_req, self.pool.chat_template,
+                                       self.pool.template_tokens, self.model)
+            return await self._generate(request, chat.chat_job(chat_req),
+                                        MessagesFormatter(req, self.model), routing,
+                                        req.stream, False)
+        except Exception as exc:
+            return self._fail(request, exc, anthropic_messages.PROMPT_PARAM,
+                              anthropic_error_body)
+
+    async def count_tokens(self, request: Request) -> Response:
+        """``POST /v1/messages/count_tokens``: the prompt's tokens as ``/v1/messages`` would
+        prefill them (template, tools), tokenized on a leased session."""
+        try:
+            req = validate_body(MessagesRequest, await self._body(request))
+            self._check_model(req.model)
+            job = chat.chat_job(anthropic_messages.chat_request(req, need_budget=False))
+            config = job.session_config(self.pool.config)
+            lease = await self.pool.acquire("", config)
+            try:
+                ids = await lease.call(lambda stream: Generation.of_job(stream, job)
+                                       .prompt_ids())
+            finally:
+                await lease.release(lease.slot.text)
+            return JSONResponse(TokenCount(input_tokens=len(ids)).model_dump())
+        except Exception as exc:
+            return self._fail(request, exc, anthropic_messages.PROMPT_PARAM,
+                              anthropic_error_body)
+
     def _check_model(self, name: str | None) -> None:
         if name is not None and name != self.model:
             raise self._unknown_model(name)
 
-    def _fail(self, request: Request, exc: BaseException, param: str) -> Response:
+    def _fail(self, request: Request, exc: BaseException, param: str,
+              shape: Callable[[int, str], dict[str, Any]] | None = None) -> Response:
+        """The error response of ``exc``: OpenAI's body, or ``shape(status, message)``'s."""
         error = api_error(exc, prompt_param=param)
         request.scope[_LOG_KEY]["error"] = error.detail.code or error.detail.type
-        return error.response()
+        if shape is None:
+            return error.response()
+        return JSONResponse(shape(error.status, error.detail.message),
+                            status_code=error.status, headers=error.headers)
 
     async def _generate(self, request: Request, job: GenerationJob, responder: Formatter,
                         routing: str, stream: bool, include_usage: bool) -> Response:
@@ -258,7 +306,8 @@ def create_app(pool: SessionPool, *, model: str, max_body: int = MAX_BODY) -> AS
     async def not_found(request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
         message = (f"no route {request.method} {request.url.path}; this server has "
-                   "/v1/chat/completions, /v1/completions, /v1/responses, /v1/models and /health"
+                   "/v1/chat/completions, /v1/completions, /v1/responses, /v1/messages, /v1/models "
+                   "and /health"
                    if status in (404, 405) else str(exc))
         return ApiError(status, message, code="not_found" if status == 404 else None
                         ).response()
@@ -277,6 +326,8 @@ def create_app(pool: SessionPool, *, model: str, max_body: int = MAX_BODY) -> AS
         Route("/v1/responses", server.responses, methods=["POST"]),
         Route("/v1/responses/{response_id}", server.stored_response,
               methods=["GET", "DELETE"]),
+        Route("/v1/messages", server.messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", server.count_tokens, methods=["POST"]),
     ], exception_handlers=handlers)
     app.state.server = server
     return AccessLog(app)

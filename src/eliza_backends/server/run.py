@@ -137,7 +137,7 @@ class GenerationRun:
         responder, lease, outcome = self.responder, self.lease, "cancelled"
         try:
             async for index, gen, text in self.choices():
-                events = responder.opening(index) if text is None else \
+                events = responder.opening(index, gen) if text is None else \
                     responder.step(index, text, gen)
                 for event in events:
                     yield self._event(event)
