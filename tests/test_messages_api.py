@@ -151,3 +151,22 @@ def test_the_sdk_raises_its_typed_errors(client: Any) -> None:
     with pytest.raises(anthropic.BadRequestError):
         client.messages.create(model="tiny", max_tokens=4, extra_body={"temperature": 1.5},
                                messages=[{"role": "user", "content": "hi"}])
+
+
+def test_the_in_process_api_answers_as_the_server(client: Any) -> None:
+    from eliza_backends import messages
+    from eliza_backends.openai.anthropic_types import Message
+
+    question = [{"role": "user", "content": QUESTION}]
+    local = messages(TINY_BUNDLE, question, max_tokens=8, system=SYSTEM,
+                     backend="llama.cpp", config={"threads": 1})
+    served = client.messages.create(model="tiny", max_tokens=8, system=SYSTEM,
+                                    messages=question)
+    assert isinstance(local, Message)
+    assert local.content[0].text == served.content[0].text  # type: ignore[union-attr]
+    events = [e.model_dump() for e in messages(TINY_BUNDLE, question, max_tokens=8,
+                                               system=SYSTEM, stream=True,
+                                               backend="llama.cpp", config={"threads": 1})]
+    assert events[0]["type"] == "message_start" and events[-1]["type"] == "message_stop"
+    text = "".join(e["delta"]["text"] for e in events if e["type"] == "content_block_delta")
+    assert text == served.content[0].text

@@ -187,3 +187,24 @@ def test_the_store_is_bounded_by_count_and_bytes_least_recently_used_first() -> 
     small.put(_response("huge", "x" * 5_000), [])
     assert small.get("huge") is None  # larger than the whole store: not kept
     assert small.delete("g") and not small.delete("g")
+
+
+def test_the_in_process_api_answers_as_the_server(client: openai.OpenAI) -> None:
+    from eliza_backends import responses
+
+    store = ResponseStore()
+    local = responses(TINY_BUNDLE, QUESTION, instructions=SYSTEM, max_output_tokens=8,
+                      backend="llama.cpp", config={"threads": 1}, response_store=store)
+    served = client.responses.create(model="tiny", input=QUESTION, instructions=SYSTEM,
+                                     max_output_tokens=8)
+    assert isinstance(local, Response) and local.output_text == served.output_text
+    events = list(responses(TINY_BUNDLE, "And three plus three?", stream=True,
+                            previous_response_id=local.id, max_output_tokens=8,
+                            backend="llama.cpp", config={"threads": 1},
+                            response_store=store))
+    again = client.responses.create(model="tiny", input="And three plus three?",
+                                    previous_response_id=served.id, max_output_tokens=8)
+    last = events[-1].model_dump()
+    assert last["type"] == "response.incomplete"
+    assert Response.model_validate(last["response"]).output_text == again.output_text
+    assert len(store) == 2

@@ -156,17 +156,23 @@ def _serve_locally(request: ChatCompletionRequest | CompletionRequest,
     responder = Responder("chat" if chat else "text",
                           model or request.model or model_name(streams.bundle_dir))
     return run_local(job, responder, streams, stream=request.stream,
-                      include_usage=request.include_usage)
+                     include_usage=request.include_usage)
 
 
 def _request(kind: type[ChatCompletionRequest] | type[CompletionRequest],
              fields: dict[str, Any], extra: Mapping[str, Any]) -> Any:
-    """The request of a Python call, through the one validation layer (:func:`parse_request`):
-    tuples become lists and mappings dicts (the JSON shapes); anything else is left for the
-    validation to refuse with an :class:`InvalidArgumentError` naming the field."""
+    """The request of a Python call, through the one validation layer (:func:`parse_request`)
+    of its :func:`request_data`."""
+    return parse_request(kind, request_data(fields, extra))
+
+
+def request_data(fields: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """The request body of a Python call's arguments: ``fields`` that are not None, and
+    ``extra``; tuples become lists and mappings dicts (the JSON shapes); anything else is left
+    for the validation to refuse with an :class:`InvalidArgumentError` naming the field."""
     data = {k: _as_json(v) for k, v in fields.items() if v is not None}
     data.update({k: _as_json(v) for k, v in extra.items()})
-    return parse_request(kind, data)
+    return data
 
 
 def _as_json(value: Any) -> Any:
@@ -269,4 +275,4 @@ def completion(target: str | os.PathLike[str] | InferenceContext | Stream,
     return result
 
 
-__all__ = ["chat_completion", "completion"]
+__all__ = ["LocalStreams", "chat_completion", "completion", "request_data", "run_local"]

@@ -87,4 +87,19 @@ class ResponseStore:
         return self._bytes
 
 
-__all__ = ["MAX_BYTES", "MAX_RESPONSES", "ResponseStore", "StoredResponse"]
+_PROCESS_STORE: ResponseStore | None = None
+_PROCESS_LOCK = threading.Lock()
+
+
+def process_store() -> ResponseStore:
+    """The process's store, made on first use with the default bounds: where the in-process
+    :func:`~eliza_backends.openai.local_fronts.responses` keeps responses unless given
+    another."""
+    global _PROCESS_STORE
+    with _PROCESS_LOCK:
+        if _PROCESS_STORE is None:
+            _PROCESS_STORE = ResponseStore()
+        return _PROCESS_STORE
+
+
+__all__ = ["MAX_BYTES", "MAX_RESPONSES", "ResponseStore", "StoredResponse", "process_store"]
