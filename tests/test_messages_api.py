@@ -133,6 +133,10 @@ def test_a_stop_sequence_ends_the_text_and_is_named(client: Any, server: ServerP
     ({"max_tokens": 4, "messages": [{"role": "user", "content": "hi"}], "frobnicate": 1},
      "frobnicate"),
     ({"max_tokens": 4, "messages": []}, "messages"),
+    ({"max_tokens": 4, "messages": [{"role": "user", "content": "hi"},
+                                    {"role": "assistant", "content": "Hel"}]}, "prefilling"),
+    ({"max_tokens": 4, "messages": [{"role": "user", "content": "hi"}],
+      "stop_sequences": ["a", "b", "c", "d", "e"]}, "stop_sequences"),
 ])
 def test_errors_have_anthropics_shape(server: ServerProcess, body: dict[str, Any],
                                       needle: str) -> None:

@@ -29,11 +29,13 @@ from typing import Any
 
 from ..errors import RequestError
 from .anthropic_types import MessagesRequest, unsupported_fields
-from .types import ChatCompletionRequest, parse_request
+from .chat import chat_request_of
+from .types import ChatCompletionRequest
 
 #: The request field a prompt error names.
 PROMPT_PARAM = "messages"
 
+#: Chat request fields and the Messages fields they come from (for error messages).
 _FIELD_NAMES = {"max_completion_tokens": "max_tokens", "stop": "stop_sequences"}
 _SAMPLING = ("temperature", "top_p", "top_k", "seed", "min_p", "repeat_penalty", "ignore_eos")
 
@@ -46,6 +48,11 @@ def chat_request(request: MessagesRequest, *, need_budget: bool = True
     problems = unsupported_fields(request)
     if problems:
         raise RequestError("; ".join(why for _, why in problems), param=problems[0][0])
+    last = len(request.messages) - 1
+    if request.messages[last].role == "assistant":
+        raise RequestError(f"messages.{last}: the last message is the assistant's; prefilling "
+                           "the assistant's reply is not supported: end with a user message",
+                           param=f"messages.{last}")
     if need_budget and request.max_tokens is None:
         raise RequestError("max_tokens is required: the most tokens to generate",
                            param="max_tokens")
@@ -63,13 +70,7 @@ def chat_request(request: MessagesRequest, *, need_budget: bool = True
         fields["tool_choice"], parallel = chat_tool_choice(request.tool_choice)
         if not parallel:
             fields["parallel_tool_calls"] = False
-    try:
-        return parse_request(ChatCompletionRequest, fields)  # type: ignore[no-any-return]
-    except RequestError as exc:
-        head, _, _ = (exc.param or "").partition(".")
-        raise RequestError(exc.message.replace("max_completion_tokens", "max_tokens"),
-                           param=_FIELD_NAMES.get(head, head) or None,
-                           error_code=exc.error_code) from None
+    return chat_request_of(fields, _FIELD_NAMES)
 
 
 def system_text(system: str | list[dict[str, Any]] | None) -> str:

@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import RequestError
-from .chat import chat_job
+from .chat import chat_job, chat_request_of
 from .generation import GenerationJob
 from .response_store import ResponseStore
 from .responses_types import ResponsesRequest, unsupported_fields
-from .types import ChatCompletionRequest, parse_request
+from .types import ChatCompletionRequest
 
 #: The request field a prompt error names.
 PROMPT_PARAM = "input"
@@ -42,8 +42,9 @@ PROMPT_PARAM = "input"
 #: Chat request fields and the Responses fields they come from (for error messages).
 _FIELD_NAMES = {"messages": "input", "response_format": "text.format",
                 "max_completion_tokens": "max_output_tokens"}
-_SAMPLING = ("temperature", "top_p", "seed", "top_k", "min_p", "repeat_penalty", "ignore_eos",
-             "parallel_tool_calls")
+#: Fields with the same name and meaning in both requests.
+_SAME_FIELDS = ("temperature", "top_p", "seed", "top_k", "min_p", "repeat_penalty",
+                "ignore_eos", "parallel_tool_calls")
 _TEXT_PARTS = ("input_text", "output_text", "text")
 
 
@@ -71,7 +72,8 @@ def responses_plan(request: ResponsesRequest, store: ResponseStore | None) -> Re
     messages = ([{"role": "system", "content": request.instructions}]
                 if request.instructions else []) + conversation
     fields: dict[str, Any] = {"messages": messages}
-    fields.update({k: getattr(request, k) for k in _SAMPLING if getattr(request, k) is not None})
+    fields.update({k: getattr(request, k) for k in _SAME_FIELDS
+                   if getattr(request, k) is not None})
     if request.max_output_tokens is not None:
         fields["max_completion_tokens"] = request.max_output_tokens
     if request.tools:
@@ -81,14 +83,7 @@ def responses_plan(request: ResponsesRequest, store: ResponseStore | None) -> Re
     response_format = chat_response_format(request.text)
     if response_format is not None:
         fields["response_format"] = response_format
-    try:
-        chat = parse_request(ChatCompletionRequest, fields)
-    except RequestError as exc:
-        param = exc.param or ""
-        head, _, rest = param.partition(".")
-        raise RequestError(exc.message.replace("response_format", "text.format"),
-                           param=".".join(p for p in (_FIELD_NAMES.get(head, head), rest) if p)
-                           or None, error_code=exc.error_code) from None
+    chat = chat_request_of(fields, _FIELD_NAMES)
     return ResponsesPlan(chat_job(chat), chat, conversation)
 
 
