@@ -74,8 +74,8 @@ def run_with(ctx: InferenceContext, prompt: list[int], n_gen: int, drafter: str,
              draft_length: int = 4) -> dict[str, Any]:
     """Like :func:`run`, on an MLX session built directly with a drafter StreamConfig cannot
     name: "silent" (never proposes) or "ngram-min2" (the core's NgramDrafter with min_n=2)."""
-    from eliza_mlx.mlx_session import MLXSession
     from eliza_mlx.model import shared_weights
+    from eliza_mlx.session import MLXSession
 
     from eliza_backends import StreamConfig
     from eliza_backends.runtime.speculative import NgramDrafter

@@ -13,7 +13,7 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
 fi
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
 # the dev tools are a PEP 735 dependency group (pip >= 25.1, upgraded above), not an extra
-args=(--group dev -e ".[server,structured,ray]")
+args=(--group dev -e ".[server,structured,ray,media]")
 for plugin in plugins/*/; do
   args+=(-e "$plugin")
 done

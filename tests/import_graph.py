@@ -149,3 +149,71 @@ def cycles(edges: Mapping[str, set[str]]) -> list[list[str]]:
         if v not in index:
             visit(v)
     return found
+
+
+def _module_path(roots: Mapping[str, Path], parts: list[str]) -> Path | None:
+    base = roots.get(parts[0])
+    if base is None:
+        return None
+    folder = base.joinpath(*parts)
+    if (folder / "__init__.py").is_file():
+        return folder / "__init__.py"
+    file = folder.with_suffix(".py")
+    return file if len(parts) > 1 and file.is_file() else None
+
+
+def _bindings(body: list[ast.stmt]) -> dict[str, ast.AST]:
+    """Name -> the statement that binds it, at the top of ``body`` (in top-level ``if`` and
+    ``try`` blocks too; a package's lazy ``_LAZY = {name: module}`` table counts)."""
+    out: dict[str, ast.AST] = {}
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out[node.name] = node
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        out[name.id] = node
+                        if name.id == "_LAZY" and isinstance(node.value, ast.Dict):
+                            out.update((k.value, node) for k in node.value.keys
+                                       if isinstance(k, ast.Constant) and isinstance(k.value, str))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                out[(alias.asname or alias.name).split(".")[0]] = node
+        elif isinstance(node, ast.If):
+            out.update(_bindings(node.body))
+            out.update(_bindings(node.orelse))
+        elif isinstance(node, ast.Try):
+            for block in (node.body, node.orelse, node.finalbody, *(h.body for h in node.handlers)):
+                out.update(_bindings(block))
+    return out
+
+
+def resolves(dotted: str, roots: Mapping[str, Path], depth: int = 0) -> bool:
+    """True when ``dotted`` (``pkg.module.Name.attr``) names a module of one of ``roots``
+    (package name -> the folder holding it), a name bound in it, or an attribute of a class
+    defined there (read from the source, nothing imported; a name a module imports is followed
+    to where it comes from; an attribute a class may inherit is taken on trust)."""
+    parts = dotted.split(".")
+    cut = next((k for k in range(len(parts), 0, -1) if _module_path(roots, parts[:k])), 0)
+    if not cut or depth > 8:
+        return False
+    if cut == len(parts):
+        return True
+    path = _module_path(roots, parts[:cut])
+    assert path is not None
+    name, rest = parts[cut], parts[cut + 1:]
+    node = _bindings(ast.parse(path.read_text(encoding="utf-8")).body).get(name)
+    if node is None:
+        return False
+    if isinstance(node, ast.ImportFrom) and rest:
+        package = parts[:cut] if path.name == "__init__.py" else parts[:cut - 1]
+        origin = (package[:len(package) - node.level + 1] if node.level else []) + \
+            (node.module.split(".") if node.module else [])
+        real = next(a.name for a in node.names if (a.asname or a.name) == name)
+        return resolves(".".join([*origin, real, *rest]), roots, depth + 1)
+    if isinstance(node, ast.ClassDef) and rest:
+        own = _bindings(node.body)
+        return rest[0] in own or bool(node.bases)
+    return True

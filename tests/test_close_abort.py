@@ -130,7 +130,7 @@ def stopping(stream: Stream) -> Callable[[], bool]:
 
 def test_a_close_inside_an_aborting_prefill_decode_ends_the_call_with_a_closed_error(
         native_log: list[str]) -> None:
-    from eliza_llamacpp import model
+    from eliza_llamacpp import llama_context
 
     ctx = InferenceContext(TINY_BUNDLE)
     s = open_stream(ctx, backend="llama.cpp", threads=1, context_size=512, batch_size=32)
@@ -138,7 +138,7 @@ def test_a_close_inside_an_aborting_prefill_decode_ends_the_call_with_a_closed_e
     assert len(ids) > 64  # several chunks: the first one is decoded when the close lands
     reached = threading.Event()
     # the batch of the first chunk is filled: the decode starts once the close has begun
-    tracer = paused_at({model.fill_batch.__code__}, "return", reached, stopping(s))
+    tracer = paused_at({llama_context.fill_batch.__code__}, "return", reached, stopping(s))
     worker, raised = run_traced(lambda: s.prefill(ids), tracer)
     assert reached.wait(30)
     t0 = time.monotonic()

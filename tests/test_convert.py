@@ -315,6 +315,50 @@ def test_a_conditional_generation_config_gives_its_text_model() -> None:
     assert text_tensor_name(text, "model.norm.weight") == "model.norm.weight"
 
 
+GEMMA4_MM = Path(__file__).resolve().parent.parent / "examples" / "bundles" / \
+    "gemma4-mm-tiny" / "text" / "gemma4-mm-tiny-mlx"
+
+
+def test_a_multimodal_gemma4_gets_a_projector_and_an_mlx_vlm_folder() -> None:
+    """A Gemma4ForConditionalGeneration with towers: llama.cpp's converter runs a second time
+    with --mmproj (placed under text/mmproj/, role mmproj), and its MLX folder is mlx-vlm's,
+    with the text_config fields mlx-vlm would default wrongly written out; a text-only one
+    (and the text family's folders) gets neither."""
+    from eliza_backends.convert import families
+
+    family = families.for_model_type("gemma4", GEMMA4_MM)
+    config = json.loads((GEMMA4_MM / "config.json").read_text())
+    assert family.projector_runs(config) == (("mmproj-f32.gguf", ("--mmproj",)),)
+    assert family.mlx_vlm_text_fields(config) == {"global_head_dim": 64,
+                                                  "use_double_wide_mlp": False}
+    text_only = {k: v for k, v in config.items() if k not in ("vision_config", "audio_config")}
+    assert family.projector_runs(text_only) == ()
+    assert family.mlx_vlm_text_fields(text_only) is None
+    flat = json.loads((GEMMA4_TARGET / "config.json").read_text())
+    assert family.projector_runs(flat) == () and family.mlx_vlm_text_fields(flat) is None
+    assert families.for_model_type("llama", GEMMA4_MM).projector_runs(config) == ()
+
+
+def test_verify_media_sends_what_the_reference_reads() -> None:
+    """--verify's test media: a 70-token image (sides multiples of 48 px) and 1 s of 16 kHz
+    PCM that survive the OpenAI parts a client sends bit for bit (what the runtimes decode is
+    what transformers reads); a multimodal Gemma 4 asks for both."""
+    import numpy as np
+
+    from eliza_backends.convert import families
+    from eliza_backends.convert.verify_media import _part, test_audio, test_image
+    from eliza_backends.media import media_from_part
+
+    image, audio = test_image(), test_audio()
+    assert image.shape == (336, 480, 3) and (336 // 48) * (480 // 48) == 70
+    assert np.array_equal(media_from_part(_part("image", image)).data, image)
+    assert np.array_equal(media_from_part(_part("audio", audio)).data, audio)
+    family = families.for_model_type("gemma4", GEMMA4_MM)
+    config = json.loads((GEMMA4_MM / "config.json").read_text())
+    assert family.media_kinds(config) == ("image", "audio")
+    assert family.media_kinds(json.loads((GEMMA4_TARGET / "config.json").read_text())) == ()
+
+
 def test_a_gemma4_assistant_is_refused_as_a_source_and_checked_as_a_draft(tmp_path: Path
                                                                           ) -> None:
     from eliza_backends.convert.families.gemma4 import check_assistant

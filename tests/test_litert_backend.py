@@ -543,7 +543,7 @@ def test_sampler_is_seeded_and_respects_top_k() -> None:
 def test_engine_walks_down_the_ladder_when_a_rung_fails_to_start(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     import eliza_litert
-    import eliza_litert.engine_session as es
+    import eliza_litert.litert_lm_session as es
 
     from eliza_backends import BackendRuntimeError
 

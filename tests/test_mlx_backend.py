@@ -582,7 +582,7 @@ def test_draft_model_with_another_vocabulary_is_refused(tmp_path: Path) -> None:
 
 
 def test_untrimmable_cache_offers_no_drafter(monkeypatch: pytest.MonkeyPatch) -> None:
-    import eliza_mlx.mlx_session as ms
+    import eliza_mlx.session as ms
 
     monkeypatch.setattr(ms, "can_trim_prompt_cache", lambda cache: False)
     with open_stream(TINY_BUNDLE, backend="mlx") as s:

@@ -53,6 +53,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from .backend import cpu_count
 from .backend.context import InferenceContext
 from .config import StreamConfig
 from .errors import ElizaError, InvalidArgumentError
@@ -77,14 +78,6 @@ DEFAULT_PARALLEL = 8
 #: A prompt: text (tokenized with BOS where the model uses one), token ids, or chat messages
 #: (rendered with the model's template, with the generation prompt).
 BatchPrompt = str | Sequence[int] | Sequence[Mapping[str, Any]]
-
-
-def cpu_count() -> int:
-    """CPUs this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
 
 
 def session_threads(config: StreamConfig, sessions: int, *, shared: bool,

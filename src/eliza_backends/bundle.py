@@ -11,6 +11,8 @@ A bundle is a directory::
     <bundle>/text/draft/mtp/...     multi-token-prediction heads that read the target's state
                                     (Gemma 4's assistant): role "draft", kind "mtp"; never
                                     opened as a standalone draft model
+    <bundle>/text/mmproj/*.gguf     multimodal projectors (llama.cpp's image/audio encoders,
+                                    read with the text GGUF by libmtmd): role "mmproj"
 
 :func:`find_artifacts` is the probe a factory's ``can_serve`` uses: one directory listing, no
 file is opened. The manifest is checked by :func:`verify_bundle` (sizes and sha256) and written
@@ -41,9 +43,12 @@ MANIFEST_NAME = "manifest.json"
 TEXT_DIR = "text"
 DRAFT_DIR = "draft"
 MTP_DIR = "mtp"
+MMPROJ_DIR = "mmproj"
 SCHEMA_VERSION: Final = 1
 
-ArtifactRole = Literal["model", "draft"]
+#: What an artifact is for: the model itself, a draft for speculative decoding, or the
+#: multimodal projector a model's media go through (``text/mmproj/``).
+ArtifactRole = Literal["model", "draft", "mmproj"]
 #: What a draft artifact is: a standalone smaller model (``"model"``, the default), or a
 #: multi-token-prediction head (``"mtp"``) that drafts from the target's hidden state and KV.
 DraftKind = Literal["model", "mtp"]
@@ -122,8 +127,8 @@ def find_artifacts(
     """Artifacts of the given formats in the bundle, sorted by name; [] when there are none.
 
     ``role="model"`` lists ``text/``; ``role="draft"`` lists ``text/draft/`` (with
-    ``kind="mtp"``: ``text/draft/mtp/``). Never raises for a missing directory (a probe
-    answers "no"), never opens a model file.
+    ``kind="mtp"``: ``text/draft/mtp/``); ``role="mmproj"`` lists ``text/mmproj/``. Never
+    raises for a missing directory (a probe answers "no"), never opens a model file.
     """
     wanted = set(formats)
     base = Path(bundle_dir) / TEXT_DIR
@@ -131,6 +136,8 @@ def find_artifacts(
         base = base / DRAFT_DIR
         if kind == "mtp":
             base = base / MTP_DIR
+    elif role == "mmproj":
+        base = base / MMPROJ_DIR
     try:
         entries = sorted(os.scandir(base), key=lambda e: e.name)
     except OSError:
@@ -272,7 +279,8 @@ def _ensure_inside(root: Path, path: Path) -> Path:
 
 
 def scan_artifacts(bundle_dir: str | os.PathLike[str]) -> list[ArtifactRecord]:
-    """Describe every model artifact under ``text/`` and ``text/draft/`` (hashes every file).
+    """Describe every model artifact under ``text/``, ``text/draft/`` and ``text/mmproj/``
+    (hashes every file).
 
     A LiteRT artifact's own sidecar tokenizer (``<stem>.tokenizer.json``) is listed among its
     files; any other tokenizer sidecar gets a record of format ``"tokenizer"`` (no backend)."""
@@ -282,7 +290,8 @@ def scan_artifacts(bundle_dir: str | os.PathLike[str]) -> list[ArtifactRecord]:
     records = []
     draft = root / TEXT_DIR / DRAFT_DIR
     places: tuple[tuple[ArtifactRole, DraftKind | None, Path], ...] = (
-        ("model", None, root / TEXT_DIR), ("draft", None, draft), ("draft", "mtp", draft / MTP_DIR))
+        ("model", None, root / TEXT_DIR), ("draft", None, draft),
+        ("draft", "mtp", draft / MTP_DIR), ("mmproj", None, root / TEXT_DIR / MMPROJ_DIR))
     for role, kind, base in places:
         if not base.is_dir():
             continue

@@ -84,6 +84,9 @@ class StreamConfig(BaseModel):
 
     chat_template: str | None = Field(
         None, description="Jinja chat template to use instead of the model's own.")
+    media: frozenset[Literal["image", "audio"]] = Field(
+        frozenset(), description="Media kinds the stream must take (image, audio): opening "
+        "refuses, before any load, a backend that cannot take them on this bundle.")
 
     response_format: Mapping[str, Any] | None = Field(
         None, description="OpenAI-style output format: {'type': 'json_object'} or "
@@ -184,6 +187,7 @@ class StreamOverrides(TypedDict, total=False):
     ngram_size: int
     draft_model: str | None
     chat_template: str | None
+    media: frozenset[Literal["image", "audio"]] | Sequence[Literal["image", "audio"]]
     response_format: Mapping[str, Any] | None
     json_schema: Mapping[str, Any] | bool | None
     regex: str | None

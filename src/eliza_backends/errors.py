@@ -13,6 +13,7 @@ The hierarchy (status code in brackets)::
     ├── InvalidArgumentError (ValueError)   [ERR_INVALID_ARG]
     │   ├── ContextFullError                [ERR_CONTEXT_FULL]
     │   ├── ConstraintError                 the constraint engine gave up mid-generation
+    │   ├── MediaError                      an image or audio clip that cannot be used
     │   ├── TemplateError                   chat template failed or broke the sandbox
     │   │   └── TemplateLimitError          ran past a RenderLimits bound
     │   └── RequestError                    an OpenAI-shaped request that does not validate
@@ -161,6 +162,13 @@ class BackendRuntimeError(ElizaError):
     default_code = Status.ERR_RUNTIME
 
 
+class MediaError(InvalidArgumentError):
+    """An image or audio clip that cannot be used: corrupt or truncated, in an unsupported
+    format, too large (a decompression bomb, audio too long), at a rate that cannot be
+    resampled, a data URI that is not base64, a URL or file this process may not read. Raised
+    while the media is decoded, before any session or native call."""
+
+
 class TemplateError(InvalidArgumentError):
     """A chat template failed to compile or render, or tried something the sandbox forbids."""
 
@@ -219,6 +227,7 @@ __all__ = [
     "ContextFullError",
     "ElizaError",
     "InvalidArgumentError",
+    "MediaError",
     "MissingToolError",
     "PluginError",
     "PoolClosedError",

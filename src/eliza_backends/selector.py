@@ -80,6 +80,9 @@ class SelectionReport:
     drafters: Mapping[str, str] = field(default_factory=dict)
     #: What the chosen backend would load, and its architecture (:meth:`Factory.describe`).
     model: str = ""
+    #: The media kinds the chosen backend takes on this bundle: kind -> its encoder
+    #: (:meth:`Factory.media`); empty: text only.
+    media: Mapping[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -88,7 +91,7 @@ class SelectionReport:
                 "candidates": [c.to_dict() for c in self.candidates],
                 "broken_plugins": list(self.broken_plugins),
                 "error_code": None if self.error_code is None else self.error_code.symbol,
-                "drafters": dict(self.drafters), "model": self.model}
+                "drafters": dict(self.drafters), "model": self.model, "media": dict(self.media)}
 
     def __str__(self) -> str:
         lines = [f"bundle: {self.bundle_dir}"]
@@ -103,6 +106,9 @@ class SelectionReport:
         if self.drafters:
             lines.append(f"drafters ({self.chosen}):")
             lines.extend(f"  {kind:<12} {what}" for kind, what in self.drafters.items())
+        if self.chosen:
+            lines.append(f"media ({self.chosen}): " + (", ".join(
+                f"{kind} ({what})" for kind, what in self.media.items()) or "none (text only)"))
         return "\n".join(lines)
 
 
@@ -180,7 +186,8 @@ class _Selection:
                                chosen.name if chosen else None, error, cands, self.broken,
                                code if error else None,
                                _safe_drafters(chosen, self.bundle) if chosen else {},
-                               _safe_describe(chosen, self.bundle) if chosen else "")
+                               _safe_describe(chosen, self.bundle) if chosen else "",
+                               safe_media(chosen, self.bundle) if chosen else {})
 
 
 def _gather(bundle_dir: str | os.PathLike[str], backend: str | None,
@@ -347,6 +354,14 @@ def _safe_drafters(factory: Factory, bundle: Path) -> dict[str, str]:
         return {"?": f"drafters() failed: {type(exc).__name__}: {exc}"}
 
 
+def safe_media(factory: Factory, bundle: str | os.PathLike[str]) -> dict[str, str]:
+    """:meth:`Factory.media`; a failing plugin takes no media (``"?"`` says why)."""
+    try:
+        return {str(k): str(v) for k, v in factory.media(bundle).items()}
+    except Exception as exc:
+        return {"?": f"media() failed: {type(exc).__name__}: {exc}"}
+
+
 def _safe_describe(factory: Factory, bundle: Path) -> str:
     try:
         return str(factory.describe(bundle))
@@ -383,4 +398,5 @@ def _unknown_backend(requested: str, requested_by: str | None,
     return msg
 
 
-__all__ = ["BACKEND_ENV", "Candidate", "SelectionReport", "Verdict", "explain", "select"]
+__all__ = ["BACKEND_ENV", "Candidate", "SelectionReport", "Verdict", "explain", "safe_media",
+           "select"]

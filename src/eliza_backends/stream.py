@@ -17,8 +17,10 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .backend.media_seq import PrefillPlan, reusable_prefix
 from .backend.session import Session
 from .backend.types import Step, check_output_support
+from .media import DEFAULT_LIMITS, MediaItem, MediaLimits
 
 if TYPE_CHECKING:
     import asyncio
@@ -33,9 +35,9 @@ from .errors import (
     UnsupportedOperationError,
 )
 from .prompt.chat import common_prefix, render_bounds
-from .prompt.chat_tokens import chat_token_ids
+from .prompt.chat_tokens import chat_elements, chat_token_ids
 from .registry import Registry, default_registry
-from .selector import KNOWN_BACKENDS, select
+from .selector import KNOWN_BACKENDS, safe_media, select
 from .structured.logits import OutputSpec
 
 T = TypeVar("T")
@@ -110,23 +112,43 @@ class Stream:
         """The session's configuration."""
         return self.session.config
 
-    def prefill(self, prompt: str | Sequence[int], *, add_special: bool | None = None) -> int:
-        """Feed a prompt (text, tokenized with the model's tokenizer, or token ids); returns
-        the number of tokens fed. Text at the start of a sequence gets BOS unless
-        ``add_special=False``."""
+    def prefill(self, prompt: str | Sequence[int | MediaItem] | PrefillPlan, *,
+                add_special: bool | None = None) -> int:
+        """Feed a prompt (text, tokenized with the model's tokenizer, or token ids, which may
+        hold media items: see :meth:`Session.prefill`); returns the number of positions fed.
+        Text at the start of a sequence gets BOS unless ``add_special=False``."""
         t0 = time.perf_counter()
+        session = self.session
         if isinstance(prompt, str):
-            special = self.session.n_past == 0 if add_special is None else add_special
-            ids: Sequence[int] = self.session.tokenize(prompt, add_special=special)
-        else:
-            ids = prompt
-        self.session.prefill(ids)
+            special = session.n_past == 0 if add_special is None else add_special
+            prompt = session.tokenize(prompt, add_special=special)
+        before = session.n_past
+        session.prefill(prompt)
         t1 = time.perf_counter()
         self._turn_start = t0
-        self.metrics.prefill_tokens += len(ids)
+        fed = session.n_past - before
+        self.metrics.prefill_tokens += fed
         self.metrics.prefill_seconds += t1 - t0
         self.metrics.turns += 1
-        return len(ids)
+        return fed
+
+    def prefill_pieces(self, pieces: Sequence[str | Sequence[int] | MediaItem], *,
+                       add_special: bool | None = None) -> int:
+        """Feed an ordered list of text (tokenized as :meth:`prefill` does, BOS only before
+        the first piece at the start of a sequence), token ids and
+        :class:`~eliza_backends.media.MediaItem` s (see :mod:`eliza_backends.media` to make
+        them); returns the number of positions fed. The last piece must be text or ids."""
+        elements: list[int | MediaItem] = []
+        for i, piece in enumerate(pieces):
+            if isinstance(piece, str):
+                special = (self.session.n_past == 0 if add_special is None else add_special) \
+                    and i == 0
+                elements += self.session.tokenize(piece, add_special=special)
+            elif isinstance(piece, MediaItem):
+                elements.append(piece)
+            else:
+                elements += piece
+        return self.prefill(elements)
 
     def chat_tokens(self, messages: Sequence[Mapping[str, Any]], *,
                     add_generation_prompt: bool = True,
@@ -140,42 +162,86 @@ class Stream:
         :class:`CancelledError`.
         """
         session = self.session
-        template = self.config.chat_template or session.chat_template
-        if not template:
-            raise UnsupportedOperationError(
-                f"the model served by {self.backend} ships no chat template; pass one with "
-                "StreamConfig(chat_template=...) or prefill text yourself")
+        template = self._template()
         with render_bounds(cancelled=lambda: session.cancelled):
             return chat_token_ids(session, template, messages,
                                   add_generation_prompt=add_generation_prompt, tools=tools)
 
-    def prefill_reusing(self, token_ids: Sequence[int]) -> int:
+    def _template(self) -> str:
+        template = self.config.chat_template or self.session.chat_template
+        if not template:
+            raise UnsupportedOperationError(
+                f"the model served by {self.backend} ships no chat template; pass one with "
+                "StreamConfig(chat_template=...) or prefill text yourself")
+        return template
+
+    def prefill_reusing(self, token_ids: Sequence[int | MediaItem] | PrefillPlan) -> int:
         """Make the session's sequence exactly ``token_ids``, ready to generate from, prefilling
         only the tokens after the longest prefix it shares with :attr:`Session.history` (the
         rest is kept with ``reset_keep``; at least the last token is prefilled, for its
         logits). Returns the number of tokens prefilled.
 
+        Media items are part of the sequence: the shared prefix ends before the first item
+        whose content (digest) differs from the one the session holds there, and never
+        inside an item, so two images with the same placeholder ids never share cache. A
+        :meth:`Session.plan_prefill` of this session's is taken as it is (no second expansion).
+
         The session is always rewound, so a turn starts from a freshly seeded sampler whatever
         the session did before: the same ids and config give the same continuation."""
         session = self.session
-        ids = list(token_ids)
-        if not ids:
+        if isinstance(token_ids, PrefillPlan):
+            return self._prefill_plan_reusing(token_ids)
+        elements = list(token_ids)
+        if not elements:
             raise InvalidArgumentError("prefill_reusing() needs at least one token id")
-        keep = session.reset_keep(min(common_prefix(session.history, ids), len(ids) - 1))
-        return self.prefill(ids[keep:])
+        if not any(isinstance(e, MediaItem) for e in elements):
+            ids: list[int] = elements  # type: ignore[assignment]
+            common = reusable_prefix(common_prefix(session.history, ids), session.media, ())
+            keep = session.reset_keep(min(common, len(ids) - 1))
+            return self.prefill(ids[keep:])
+        return self._prefill_plan_reusing(session.plan_prefill(elements))
+
+    def _prefill_plan_reusing(self, plan: PrefillPlan) -> int:
+        session = self.session
+        if not plan.ids:
+            raise InvalidArgumentError("prefill_reusing() needs at least one token id")
+        common = reusable_prefix(common_prefix(session.history, plan.ids), session.media,
+                                 plan.spans)
+        keep = session.reset_keep(min(common, len(plan.ids) - 1))
+        return self.prefill(plan.tail(keep))
+
+    def chat_elements(self, messages: Sequence[Mapping[str, Any]], *,
+                      add_generation_prompt: bool = True,
+                      tools: Sequence[Mapping[str, Any]] | None = None,
+                      media_limits: MediaLimits | None = None) -> list[int | MediaItem]:
+        """:meth:`chat_tokens` for messages whose content may be OpenAI content parts: text,
+        ``image_url`` (a base64 data URI; a local file only when ``media_limits.allow_files``)
+        and ``input_audio`` (base64 wav / mp3 / flac). Each media part is decoded first
+        (:class:`~eliza_backends.errors.MediaError` before any session call) and becomes a
+        :class:`~eliza_backends.media.MediaItem` where the part was; a kind the session does
+        not take is :class:`UnsupportedOperationError`, before rendering."""
+        session = self.session
+        template = self._template()
+        with render_bounds(cancelled=lambda: session.cancelled):
+            elements = chat_elements(session, template, messages,
+                                     add_generation_prompt=add_generation_prompt, tools=tools,
+                                     limits=media_limits or DEFAULT_LIMITS)
+        return elements
 
     def prefill_messages(self, messages: Sequence[Mapping[str, Any]], *,
-                         add_generation_prompt: bool = True) -> int:
+                         add_generation_prompt: bool = True,
+                         media_limits: MediaLimits | None = None) -> int:
         """Render chat ``messages`` with the model's template (or ``config.chat_template``)
         and prefill them, reusing every token the session already holds: only the part of the
         rendered conversation that differs from :attr:`Session.history` is prefilled (see
         :meth:`prefill_reusing`). Returns the number of tokens prefilled.
 
         Pass the whole conversation each turn, including the assistant's earlier replies.
-        Message content is never read as control tokens (see :meth:`chat_tokens`).
+        Message content is never read as control tokens (see :meth:`chat_tokens`); it may be
+        OpenAI content parts with images and audio (see :meth:`chat_elements`).
         """
-        return self.prefill_reusing(
-            self.chat_tokens(messages, add_generation_prompt=add_generation_prompt))
+        return self.prefill_reusing(self.chat_elements(
+            messages, add_generation_prompt=add_generation_prompt, media_limits=media_limits))
 
     async def aprefill(self, prompt: str | Sequence[int], *,
                        add_special: bool | None = None) -> int:
@@ -381,9 +447,27 @@ def check_capabilities(session: Session, config: StreamConfig, backend: str) -> 
         raise UnsupportedOperationError(
             f"backend {backend} decodes greedily only; set temperature=0 or choose another "
             "backend")
+    if set(config.media) - caps.media:
+        raise UnsupportedOperationError(
+            f"backend {backend} opened a session that takes "
+            f"{', '.join(sorted(caps.media)) or 'no media'}, not all of "
+            f"{', '.join(sorted(config.media))} (media=...): open it with parallel=1, or "
+            "another backend")
     spec = OutputSpec.from_config(config)
     if spec.active:
         check_output_support(caps, config, spec, backend)
+
+
+def check_media_support(backend: str, media: Mapping[str, str], config: StreamConfig) -> None:
+    """Refuse, before any load, a backend that cannot take the media ``config.media`` asks
+    for on this bundle (``media``: what :meth:`Factory.media` says it takes)."""
+    missing = sorted(set(config.media) - set(media))
+    if missing:
+        raise UnsupportedOperationError(
+            f"backend {backend} takes no {' or '.join(missing)} input on this bundle (it takes "
+            f"{', '.join(sorted(media)) or 'text only'}): use a bundle with the model's media "
+            "encoder (a projector / mmproj file) and a backend that runs it; explain() says "
+            "what each backend takes")
 
 
 def open_stream(
@@ -415,6 +499,7 @@ def open_stream(
                              registry=registry)
             check_option_keys(cfg, registry or default_registry())
             factory.parse_options(cfg)  # unknown options fail before any load
+            check_media_support(factory.name, safe_media(factory, context.bundle_dir), cfg)
             session = factory.open(context, cfg)
             if not isinstance(session, Session):
                 raise PluginError(f"backend {factory.name} returned {session!r} from open(), "

@@ -15,8 +15,8 @@ What lives here:
 * the building blocks a session is made of, re-exported from the core's other parts:
   the speculative loop and its acceptance rules (:func:`accept_greedy`, :func:`accept_sampled`,
   :class:`ModelDrafter`), the KV cursor, the continuous-batching step scheduler
-  (:class:`StepScheduler`), the sampler, the bundle tokenizers and the capture of
-  a native runtime's stderr.
+  (:class:`StepScheduler`), the sampler, the bundle tokenizers, the capture of
+  a native runtime's stderr and the default thread count (:func:`cpu_count`).
 
 Importing it imports pydantic and pluggy, never a runtime (numpy and ``tokenizers`` load on
 first use).
@@ -25,11 +25,13 @@ first use).
 from __future__ import annotations
 
 from ..bundle import find_artifacts
+from ..media import MediaItem
 from ..prompt.hf_tokenizer import HFTokenizer
 from ..prompt.sp_tokenizer import SPTokenizer
 from ..prompt.tokenizer import Tokenizer, TokenizerFacts, tokenizer_facts
 from ..prompt.tokenizers import find_tokenizer, load_tokenizer
 from ..runtime.batching import GATHER_WINDOW_S, BatchStats, Piece, StepRecord, StepScheduler
+from ..runtime.cpus import cpu_count
 from ..runtime.kv_cursor import KVCursor
 from ..runtime.sampling import Sampler
 from ..runtime.speculative import (
@@ -46,7 +48,7 @@ from .hookspecs import hookimpl
 from .model_info import ModelInfo
 from .native_output import native_exit_to_logging, native_stderr_to_logging, quiet_by_default
 from .session import Session
-from .types import Availability, Capabilities, Decoded, FinishReason, Step
+from .types import Availability, Capabilities, Decoded, FinishReason, MediaSpan, MediaTokens, Step
 
 __all__ = [
     "GATHER_WINDOW_S",
@@ -60,6 +62,9 @@ __all__ = [
     "HFTokenizer",
     "InferenceContext",
     "KVCursor",
+    "MediaItem",
+    "MediaSpan",
+    "MediaTokens",
     "ModelDrafter",
     "ModelInfo",
     "NgramDrafter",
@@ -75,6 +80,7 @@ __all__ = [
     "Verify",
     "accept_greedy",
     "accept_sampled",
+    "cpu_count",
     "find_artifacts",
     "find_tokenizer",
     "hookimpl",

@@ -23,16 +23,23 @@ import warnings
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from ..bundle import ImplicitBundle, artifact_format, is_bundle_dir, not_a_bundle
 from ..errors import InvalidArgumentError, SessionClosedError
 
 if TYPE_CHECKING:
     from ..runtime.batching import BatchStats, StepScheduler
-    from .session import Session
 
 T = TypeVar("T")
+
+
+class Closeable(Protocol):
+    """What the context keeps of a session it tracks (a
+    :class:`~eliza_backends.backend.session.Session`, which registers itself; this module does
+    not import it): closing the context closes it."""
+
+    def close(self) -> None: ...
 
 
 class InferenceContext:
@@ -63,7 +70,7 @@ class InferenceContext:
         self._idle = threading.Condition(self._lock)  # notified when an open finishes
         self._close_lock = threading.Lock()  # one close() at a time; the others wait for it
         self._shared: dict[Hashable, tuple[Any, Callable[[Any], None] | None]] = {}
-        self._sessions: list[Session] = []
+        self._sessions: list[Closeable] = []
         self._schedulers: list[StepScheduler] = []
         self._opening = 0  # sessions being opened (inside opening())
         self._closing = False
@@ -116,13 +123,13 @@ class InferenceContext:
             schedulers = list(self._schedulers)
         return BatchStats.total(s.stats() for s in schedulers) if schedulers else None
 
-    def track(self, session: Session) -> None:
+    def track(self, session: Closeable) -> None:
         """Register a session so that closing the context closes it first."""
         with self._lock:
             self._check_open()
             self._sessions.append(session)
 
-    def untrack(self, session: Session) -> None:
+    def untrack(self, session: Closeable) -> None:
         """Forget a closed session."""
         with self._lock:
             if session in self._sessions:

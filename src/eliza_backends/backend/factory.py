@@ -76,6 +76,14 @@ class Factory(ABC):
         The default says nothing."""
         return {}
 
+    def media(self, bundle_dir: str | os.PathLike[str]) -> Mapping[str, str]:
+        """The media kinds (``"image"``, ``"audio"``) a stream of this backend on
+        ``bundle_dir`` takes, each with one line saying what encodes it (the projector file,
+        the encoder). Cheap (directory and header probes, no load); what ``explain()`` reports
+        and ``StreamConfig.media`` is checked against before a load. The default: none. It
+        must agree with the opened session's ``capabilities.media``."""
+        return {}
+
     def describe(self, bundle_dir: str | os.PathLike[str]) -> str:
         """For :func:`~eliza_backends.explain`: the artifact a stream would load from
         ``bundle_dir`` (relative to it), with what a cheap probe says of the model (a plugin

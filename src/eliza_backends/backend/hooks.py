@@ -9,10 +9,13 @@ subclasses ``Session``, the one contract, and overrides these.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from ..errors import UnsupportedOperationError
-from .types import Capabilities, Decoded
+from .types import Capabilities, Decoded, MediaTokens
+
+if TYPE_CHECKING:
+    from ..media import MediaItem
 
 
 class SessionHooks(ABC):
@@ -81,6 +84,22 @@ class SessionHooks(ABC):
     def _restore_state(self, payload: bytes, tokens: list[int]) -> None:
         """Make the KV state that of ``tokens`` from a :meth:`_save_state` payload."""
         raise UnsupportedOperationError(f"{self.backend_name} sessions cannot restore slots")
+
+    def _media_tokens(self, item: MediaItem) -> MediaTokens:
+        """How ``item`` (a kind in ``capabilities.media``) enters the sequence: the model's
+        begin/end marker ids, the number of embedding positions and the placeholder id the
+        history shows for them, and a prepared ``handle`` (see :class:`MediaTokens`). Called
+        before anything is written to the KV cache; it may preprocess (resize, mel features)
+        but must not change the cache. Raise :class:`~eliza_backends.errors.MediaError` for an
+        item this model cannot take (audio longer than its encoder's window ...)."""
+        raise UnsupportedOperationError(f"{self.backend_name} sessions take no media")
+
+    def _prefill_media(self, item: MediaItem, tokens: MediaTokens) -> None:
+        """Append ``item``'s ``tokens.count`` embedding positions after the sequence, with the
+        model's own attention rule over them (the core prefilled ``tokens.before`` with
+        :meth:`_prefill` just before, and prefills ``tokens.after`` next). Call
+        :meth:`_raise_if_cancelled` between encoder chunks."""
+        raise UnsupportedOperationError(f"{self.backend_name} sessions take no media")
 
     def _close(self) -> None:
         """Free the session's own runtime resources (not the shared weights)."""

@@ -24,17 +24,19 @@ from ..errors import (
 from ..runtime.text import AssemblerState
 from .guard import SessionGuard
 from .hooks import SessionHooks
+from .media_seq import SessionMedia
 from .speculation import Speculation
 from .turn import Turn
 
 
 class Repair:
-    """The repair of one session: its history (the live list), turn, guard, speculation and
-    hooks (the session itself)."""
+    """The repair of one session: its history (the live list) and media spans, turn, guard,
+    speculation and hooks (the session itself)."""
 
-    def __init__(self, history: list[int], turn: Turn, guard: SessionGuard, spec: Speculation,
-                 hooks: SessionHooks) -> None:
+    def __init__(self, history: list[int], media: SessionMedia, turn: Turn, guard: SessionGuard,
+                 spec: Speculation, hooks: SessionHooks) -> None:
         self.history = history
+        self.media = media
         self.turn = turn
         self.guard = guard
         self.spec = spec
@@ -55,6 +57,7 @@ class Repair:
         turn = self.turn
         self.guard.clear_interrupt()
         del self.history[n:]
+        self.media.truncate(n)
         if before is not None:
             turn.restore(before)
         if op == "prefill":

@@ -31,33 +31,30 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, final
 
 from ..config import StreamConfig
-from ..errors import (
-    ContextFullError,
-    InvalidArgumentError,
-    SlotError,
-    UnsupportedOperationError,
-)
+from ..errors import ContextFullError, InvalidArgumentError
 from ..runtime.draft_policy import DraftPolicy
-from ..runtime.slots import read_slot, write_slot
 from ..runtime.speculative import Drafter, Verify
 from ..runtime.text import AssemblerState
 from ..structured.logits import LogitsGuide, OutputSpec
 from .guard import SessionGuard
 from .hooks import SessionHooks
+from .media_seq import PrefillPlan, SessionMedia
 from .model_info import ModelInfo
 from .repair import Repair
+from .slot_state import SlotState
 from .speculation import Speculation
 from .turn import Turn, new_guide, turn_settings
 from .types import (
     Decoded,
+    MediaSpan,
     Step,
     check_output_support,
-    check_slot_tokens,
     check_text,
     check_tokens,
 )
 
 if TYPE_CHECKING:
+    from ..media import MediaItem
     from .context import InferenceContext
 
 
@@ -103,6 +100,7 @@ class Session(SessionHooks):
         self.__vocab = info.vocab_size
         self.__n_ctx = config.context_size if context_size is None else context_size
         self.__history: list[int] = []
+        self.__media = SessionMedia(self, self.__vocab)
         # the three collaborators (internals, like the rest of the base class's state)
         self.__guard = guard = SessionGuard(self.backend_name)
         self.__cancel = guard.cancelled  # the flags _raise_if_cancelled reads per token
@@ -116,7 +114,9 @@ class Session(SessionHooks):
         spec = OutputSpec.from_config(config)
         self.__output: OutputSpec | None = spec if spec.active else None
         self.__spec = Speculation(config, drafter)
-        self.__repair = Repair(self.__history, self.__turn, guard, self.__spec, self)
+        self.__repair = Repair(self.__history, self.__media, self.__turn, guard, self.__spec, self)
+        self.__slots = SlotState(self.__history, self.__media, info, self.__n_ctx,
+                                 self.__repair, self, self.__after_rewind)
         if context is not None:
             context.track(self)
 
@@ -165,6 +165,11 @@ class Session(SessionHooks):
         return tuple(self.__history)
 
     @property
+    def media(self) -> tuple[MediaSpan, ...]:
+        """Each media item in the sequence: its extent in :attr:`history`, its digest."""
+        return tuple(self.__media.spans)
+
+    @property
     def n_past(self) -> int:
         """Number of tokens in the sequence (``len(history)``)."""
         return len(self.__history)
@@ -180,21 +185,26 @@ class Session(SessionHooks):
         return self.__guard.lock.locked()
 
     @final
-    def prefill(self, token_ids: Sequence[int]) -> None:
+    def prefill(self, token_ids: Sequence[int | MediaItem] | PrefillPlan) -> None:
         """Feed prompt tokens. Raises :class:`InvalidArgumentError` for empty, non-integer or
         out-of-vocabulary ids, :class:`ContextFullError` when they do not fit.
+
+        ``token_ids`` may hold :class:`~eliza_backends.media.MediaItem` s of the kinds in
+        ``capabilities.media``, then ending with an id; or be a :meth:`plan_prefill` of it.
 
         A prefill that fails (an exception from the runtime, a ``KeyboardInterrupt``: see
         :mod:`eliza_backends.backend.interrupts`) leaves :attr:`history` and the KV cache as they
         were before it; prefill again before ``next()``."""
-        ids = check_tokens(self.__vocab, token_ids, what="prefill")
-        if not ids:
+        ids, plan = self.__media.parse(token_ids)
+        if plan is None and not ids:
             raise InvalidArgumentError("prefill() needs at least one token id")
         guard, turn = self.__guard, self.__turn
         guard.begin("prefill", guarded=True)
         history = self.__history
         n = -1  # the history length to go back to if this call fails (-1: nothing changed)
         try:
+            if plan is not None:
+                ids = (plan := self.__media.plan(plan)).ids
             room = self.__n_ctx - len(history)
             if len(ids) > room:
                 raise ContextFullError(
@@ -207,7 +217,10 @@ class Session(SessionHooks):
             turn.ready = False
             turn.guide = guide
             turn.apply()
-            self._prefill(ids)
+            if plan is None:
+                self._prefill(ids)
+            else:
+                self.__media.feed(plan, n)
             history.extend(ids)
             if guard.interrupting:  # Ctrl-C after the last safe point: undone too
                 self.__repair.recover("prefill", None, n, None)
@@ -221,6 +234,17 @@ class Session(SessionHooks):
             raise
         finally:
             guard.end()
+
+    @final
+    def plan_prefill(self, elements: Sequence[int | MediaItem]) -> PrefillPlan:
+        """Check ``elements`` (see :meth:`prefill`) and expand each media item as the backend
+        will (nothing reaches the KV cache): the plan's ``ids`` are what :attr:`history` would
+        gain, its ``spans`` where the items sit. :meth:`prefill` takes it, or its ``tail``."""
+        self.__guard.begin("plan_prefill", guarded=True)
+        try:
+            return self.__media.plan(elements)
+        finally:
+            self.__guard.end()
 
     @final
     def next(self, max_tokens: int | None = None) -> Step:
@@ -312,13 +336,14 @@ class Session(SessionHooks):
     def reset_keep(self, n_keep: int) -> int:
         """Keep the first ``n_keep`` tokens of the sequence, drop the rest; returns how many
         were kept: ``min(n_keep, n_past)``, or 0 when the backend cannot keep a prefix (it did a
-        full reset). Clears a pending cancel (waiting, like :meth:`reset`, for a cancelled call
+        full reset; less than ``n_keep`` when that would cut a media item, which is kept whole
+        or not at all). Clears a pending cancel (waiting, like :meth:`reset`, for a cancelled call
         in another thread). Prefill again before ``next()``."""
         if isinstance(n_keep, bool) or not isinstance(n_keep, int) or n_keep < 0:
             raise InvalidArgumentError(f"n_keep must be an int >= 0, got {n_keep!r}")
         self.__guard.begin("reset_keep", allow_cancelled=True, guarded=True)
         try:
-            n = min(n_keep, len(self.__history))
+            n = self.__media.boundary(min(n_keep, len(self.__history)))
             try:
                 self.__spec.truncate(n)
                 if n == 0 or not self._truncate(n):
@@ -334,6 +359,7 @@ class Session(SessionHooks):
 
     def __after_rewind(self, n: int) -> None:
         del self.__history[n:]
+        self.__media.truncate(n)
         self.__spec.truncate(n)
         self.__guard.clear_cancel()
         self.__turn.clear()
@@ -377,22 +403,10 @@ class Session(SessionHooks):
         """Save the sequence state to ``path`` (atomically; the previous file survives a crash).
 
         Raises :class:`UnsupportedOperationError` when ``capabilities.slots`` is False."""
-        if not self.capabilities.slots:
-            raise UnsupportedOperationError(
-                f"{self.backend_name} sessions cannot save slots (capabilities.slots is False)")
+        self.__slots.check("save")
         self.__guard.begin("save_slot", guarded=True)
         try:
-            if not self.__history:
-                raise InvalidArgumentError("nothing to save: prefill first")
-            info = self.__info
-            n = len(self.__history)
-            try:
-                payload = self._save_state()
-            except BaseException as exc:
-                self.__repair.recover("save_slot", exc, n, None)
-                raise
-            write_slot(path, {"backend": self.backend_name, "model_fingerprint": info.fingerprint,
-                              "runtime": info.runtime, "tokens": list(self.__history)}, payload)
+            self.__slots.save(path)
         finally:
             self.__guard.end()
 
@@ -403,24 +417,10 @@ class Session(SessionHooks):
 
         A foreign, truncated or corrupted file raises :class:`SlotError` and leaves the session
         as it was."""
-        if not self.capabilities.slots:
-            raise UnsupportedOperationError(
-                f"{self.backend_name} sessions cannot restore slots (capabilities.slots is False)")
+        self.__slots.check("restore")
         self.__guard.begin("restore_slot", allow_cancelled=True, guarded=True)
         try:
-            info = self.__info
-            header, payload = read_slot(path, backend=self.backend_name,
-                                        model_fingerprint=info.fingerprint, runtime=info.runtime)
-            tokens = check_slot_tokens(path, header.tokens, self.__vocab, self.__n_ctx)
-            try:
-                self._restore_state(payload, tokens)
-            except (SlotError, InvalidArgumentError, UnsupportedOperationError):
-                raise
-            except BaseException as exc:
-                self.__repair.broken("restore_slot", exc)
-                raise
-            self.__after_rewind(0)
-            self.__history.extend(tokens)
+            self.__slots.restore(path)
             self.__turn.ready = True
         finally:
             self.__guard.end()

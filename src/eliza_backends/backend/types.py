@@ -74,7 +74,10 @@ class Capabilities:
     raises :class:`UnsupportedOperationError`). ``batched``: sessions opened on an
     :class:`InferenceContext` with ``parallel > 1`` share one runtime context and are decoded
     together, one batched step for every sequence that wants tokens (False: each session has its
-    own runtime context and ``parallel`` changes nothing).
+    own runtime context and ``parallel`` changes nothing). ``media``: the media kinds
+    (``"image"``, ``"audio"``) :meth:`Session.prefill` takes as
+    :class:`~eliza_backends.media.MediaItem` elements (empty: text only; a media item is then
+    refused with :class:`UnsupportedOperationError` before any hook runs).
     """
 
     token_input: bool = True
@@ -86,6 +89,44 @@ class Capabilities:
     drafters: frozenset[str] = frozenset({"none"})
     logits: bool = False
     batched: bool = False
+    media: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class MediaTokens:
+    """How one media item enters a sequence (a backend's ``_media_tokens`` answer): the
+    ``before`` ids (the model's begin marker, e.g. Gemma 4's ``<|image>``), ``count`` embedding
+    positions shown in the history as ``placeholder`` (the model's soft-token id), the
+    ``after`` ids (the end marker). ``handle``: the backend's own prepared form of the item
+    (preprocessed chunks ...), handed back to its ``_prefill_media``."""
+
+    before: tuple[int, ...]
+    placeholder: int
+    count: int
+    after: tuple[int, ...] = ()
+    handle: object = None
+
+    @property
+    def ids(self) -> list[int]:
+        """The item's ids in the history: ``before``, the placeholders, ``after``."""
+        return [*self.before, *[self.placeholder] * self.count, *self.after]
+
+
+@dataclass(frozen=True)
+class MediaSpan:
+    """Where a media item's embeddings sit in a session's sequence: history positions
+    ``start .. start + length - 1`` (the placeholder run, without the markers), and the item's
+    ``kind`` and ``digest`` (what a prefix cache compares)."""
+
+    start: int
+    length: int
+    kind: str
+    digest: str
+
+    @property
+    def end(self) -> int:
+        """The first position after the span."""
+        return self.start + self.length
 
 
 @dataclass(frozen=True)
@@ -193,5 +234,6 @@ def check_text(text: str) -> None:
                 "'\\ud800'); decode the source with errors='replace' or drop it") from None
 
 
-__all__ = ["Availability", "Capabilities", "Decoded", "FinishReason", "Step",
+__all__ = ["Availability", "Capabilities", "Decoded", "FinishReason", "MediaSpan", "MediaTokens",
+           "Step",
            "check_output_support", "check_slot_tokens", "check_text", "check_tokens"]

@@ -3,7 +3,8 @@
 The REPL reads a message (a line, or the lines between two ``\"\"\"`` lines; readline editing
 and history in ``$XDG_STATE_HOME/eliza-backends/chat_history`` on a terminal), streams the
 reply to stdout from a worker thread, and keeps the conversation as messages; ``/reset``,
-``/save FILE``, ``/load FILE`` and ``/quit`` are commands (:data:`CHAT_HELP`). Ctrl-C stops a
+``/save FILE``, ``/load FILE``, ``/image PATH``, ``/audio PATH`` (attached to the next message)
+and ``/quit`` are commands (:data:`CHAT_HELP`). Ctrl-C stops a
 reply and keeps what was said (the stream's tokens stay, so the next turn reuses its prefix);
 Ctrl-C at the prompt or Ctrl-D leaves.
 """
@@ -19,7 +20,13 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CancelledError, ElizaError, SlotError
+from ..errors import (
+    CancelledError,
+    ElizaError,
+    MediaError,
+    SlotError,
+    UnsupportedOperationError,
+)
 from .args import config_from_args
 from .output import EXIT_OK, cut_notice
 
@@ -27,8 +34,9 @@ if TYPE_CHECKING:
     from ..stream import Stream
 
 
-CHAT_HELP = ("/reset starts over, /save FILE and /load FILE keep the conversation, /quit or "
-             "Ctrl-D leaves; Ctrl-C stops a reply; \"\"\" starts and ends a multi-line message")
+CHAT_HELP = ("/reset starts over, /save FILE and /load FILE keep the conversation, /image PATH "
+             "and /audio PATH attach a file to your next message, /quit or Ctrl-D leaves; "
+             "Ctrl-C stops a reply; \"\"\" starts and ends a multi-line message")
 
 
 def _history_file() -> Path:
@@ -89,7 +97,7 @@ def _read_message(interactive: bool) -> str | None:
     return "\n".join(lines).strip("\n")
 
 
-def _stream_reply(stream: Stream, messages: list[dict[str, str]]) -> tuple[str, str | None, int]:
+def _stream_reply(stream: Stream, messages: list[dict[str, Any]]) -> tuple[str, str | None, int]:
     """Prefill the conversation and generate the reply in a worker thread, writing the reply
     to stdout as it streams. The first Ctrl-C (SIGINT) cancels the reply, whose text so far is
     kept; a second one while it stops raises KeyboardInterrupt. Returns the text, the finish
@@ -142,7 +150,7 @@ def _stream_reply(stream: Stream, messages: list[dict[str, str]]) -> tuple[str, 
     return "".join(parts), reason, prefilled[0]
 
 
-def _save_conversation(stream: Stream, messages: list[dict[str, str]], path: str) -> str:
+def _save_conversation(stream: Stream, messages: list[dict[str, Any]], path: str) -> str:
     """``/save``: the slot (KV state + tokens) at ``path``, the messages beside it. The
     messages file is written first (a path that cannot take it fails before the slot)."""
     try:
@@ -155,7 +163,7 @@ def _save_conversation(stream: Stream, messages: list[dict[str, str]], path: str
     return f"[saved {len(messages)} messages, {stream.session.n_past} tokens to {path}]"
 
 
-def _load_conversation(stream: Stream, path: str) -> tuple[list[dict[str, str]], str]:
+def _load_conversation(stream: Stream, path: str) -> tuple[list[dict[str, Any]], str]:
     """``/load``: restore a ``/save``; the messages, and the notice to print."""
     try:
         loaded = json.loads(Path(path + ".messages.json").read_text(encoding="utf-8"))
@@ -170,15 +178,37 @@ def _load_conversation(stream: Stream, path: str) -> tuple[list[dict[str, str]],
     return loaded, f"[loaded {len(loaded)} messages, {stream.session.n_past} tokens from {path}]"
 
 
-def _chat_command(stream: Stream, line: str, messages: list[dict[str, str]],
-                  system: list[dict[str, str]]) -> tuple[list[dict[str, str]], str] | None:
-    """Run a ``/command``: the new messages and a notice, or None for ``/quit``."""
+def _attach(stream: Stream, kind: str, path: str, pending: list[dict[str, Any]]) -> str:
+    """``/image`` / ``/audio``: the file, checked now, as a content part of the next message."""
+    from ..media import part_from_file
+
+    if not path:
+        return f"[/{kind} takes a file name]"
+    takes = stream.session.capabilities.media
+    if kind not in takes:
+        return (f"[this {stream.backend} session takes no {kind} input (it takes "
+                f"{', '.join(sorted(takes)) or 'text only'})]")
+    try:
+        pending.append(part_from_file(path, kind))  # type: ignore[arg-type]
+    except ElizaError as exc:
+        return f"[/{kind} failed: {exc}]"
+    return f"[{kind} {path} attached to your next message]"
+
+
+def _chat_command(stream: Stream, line: str, messages: list[dict[str, Any]],
+                  system: list[dict[str, Any]], pending: list[dict[str, Any]]
+                  ) -> tuple[list[dict[str, Any]], str] | None:
+    """Run a ``/command``: the new messages and a notice, or None for ``/quit``. ``pending``:
+    the media parts attached to the next message."""
     name, _, arg = line.strip().partition(" ")
     arg = arg.strip()
     if name in ("/quit", "/exit", "/bye"):
         return None
+    if name in ("/image", "/audio"):
+        return messages, _attach(stream, name[1:], arg, pending)
     if name == "/reset":
         stream.reset()
+        pending.clear()
         return list(system), "[conversation reset]"
     if name in ("/save", "/load") and not arg:
         return messages, f"[{name} takes a file name]"
@@ -209,9 +239,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _chat_loop(stream: Stream, messages: list[dict[str, str]], system: list[dict[str, str]],
+def _chat_loop(stream: Stream, messages: list[dict[str, Any]], system: list[dict[str, Any]],
                interactive: bool, *, quiet: bool) -> None:
     """Read, run a command or stream a reply, print its notices; until the user leaves."""
+    pending: list[dict[str, Any]] = []  # media attached to the next message
     while True:
         try:
             line = _read_message(interactive)
@@ -221,7 +252,7 @@ def _chat_loop(stream: Stream, messages: list[dict[str, str]], system: list[dict
         if line is None:
             return
         if line.strip().startswith("/"):
-            outcome = _chat_command(stream, line, messages, system)
+            outcome = _chat_command(stream, line, messages, system, pending)
             if outcome is None:
                 return
             messages, notice = outcome
@@ -229,11 +260,18 @@ def _chat_loop(stream: Stream, messages: list[dict[str, str]], system: list[dict
             continue
         if not line.strip():
             continue
-        messages.append({"role": "user", "content": line})
+        content: Any = [*pending, {"type": "text", "text": line}] if pending else line
+        pending.clear()
+        messages.append({"role": "user", "content": content})
         try:
             reply, reason, new = _stream_reply(stream, messages)
         except KeyboardInterrupt:
             return
+        except (MediaError, UnsupportedOperationError) as exc:  # the message could not be used:
+            # nothing reached the session and the conversation stays
+            messages.pop()
+            print(f"[that message failed: {exc}]", file=sys.stderr)
+            continue
         messages.append({"role": "assistant", "content": reply})
         if reason == "cancelled":
             print("[reply stopped; the conversation keeps what was said]", file=sys.stderr)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from ..errors import ElizaError
 from .args import config_from_args
@@ -56,12 +57,18 @@ def cmd_select(args: argparse.Namespace) -> int:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     """``generate``: one completion (or chat reply) streamed to stdout, stats on stderr."""
+    from ..media import part_from_file
     from ..stream import open_stream
 
+    media = [part_from_file(p, "image") for p in args.image or ()] + [
+        part_from_file(p, "audio") for p in args.audio or ()]  # bad files fail before the load
     with open_stream(args.bundle, backend=args.backend, **config_from_args(args)) as stream:
-        if args.chat:
-            messages = [{"role": "system", "content": args.system}] if args.system else []
-            stream.prefill_messages([*messages, {"role": "user", "content": args.prompt}])
+        if args.chat or media:
+            messages: list[dict[str, Any]] = [
+                {"role": "system", "content": args.system}] if args.system else []
+            content: Any = [*media, {"type": "text", "text": args.prompt}] if media else \
+                args.prompt
+            stream.prefill_messages([*messages, {"role": "user", "content": content}])
         else:
             if args.system:
                 raise SystemExit("--system needs --chat (a plain prompt has no roles)")
@@ -143,7 +150,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                      sessions=args.sessions, parallel=args.parallel, queue=args.queue,
                      config=config,
                      model=args.model_name, grace=args.grace, log_format=args.log_format,
-                     log_level=args.log_level)
+                     log_level=args.log_level, allow_media_files=args.allow_media_files)
     except OSError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR

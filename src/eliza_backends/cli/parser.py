@@ -144,6 +144,12 @@ _COMMANDS: tuple[tuple[str, str, tuple[_Step, ...], dict[str, Any]], ...] = (
         _arg("--chat", action="store_true",
              help="send PROMPT as a user message through the model's chat template"),
         _arg("--system", metavar="TEXT", help="a system message (with --chat)"),
+        _arg("--image", action="append", metavar="PATH",
+             help="an image (PNG, JPEG, WebP) in the user message, before PROMPT (repeatable; "
+             "implies --chat)"),
+        _arg("--audio", action="append", metavar="PATH",
+             help="an audio clip (WAV, MP3, FLAC) in the user message, after the images "
+             "(repeatable; implies --chat)"),
         lambda p: _stream_flags(p, *_STREAM_FLAGS, max_tokens=128),
         _arg("--stop", action="append", metavar="TEXT",
              help="stop string (repeatable); generation ends before it"),
@@ -180,6 +186,9 @@ _COMMANDS: tuple[tuple[str, str, tuple[_Step, ...], dict[str, Any]], ...] = (
         _arg("--queue", type=int_in(0), help="requests that may wait for a session before "
              "the server answers 429 (default: 4 per session)"),
         _arg("--model-name", help="the model id clients send (default: the bundle's name)"),
+        _arg("--allow-media-files", action="store_true",
+             help="let an image_url name a local file (a path or file://); off: data URIs "
+             "only (remote URLs are never fetched)"),
         lambda p: _stream_flags(p, "--context-size", "--batch-size"),
         _arg("--threads", type=int_in(1, 1024), help="compute threads: of the batched "
              "context with --parallel (default: every core), per session with --sessions "

@@ -68,18 +68,25 @@ def check_config(config: dict[str, Any], expected: dict[str, Any]) -> dict[str, 
     return seen
 
 
-def convert_mlx(hf_dir: Path, out_dir: Path, precision: str, expected: dict[str, Any],
-                log_path: Path) -> dict[str, Any]:
-    """Make the MLX folder ``out_dir`` from ``hf_dir``; returns the checked ModelArgs."""
+def _run_convert(tool: str, hf_path: Path, out_dir: Path, precision: str,
+                 log_path: Path) -> None:
+    """``python -m <tool> convert`` (mlx_lm / mlx_vlm) of ``hf_path`` into a fresh ``out_dir``
+    at ``precision``; :class:`BundleError` with the log's tail when it fails."""
     if out_dir.exists():
         shutil.rmtree(out_dir)
-    cmd = [sys.executable, "-m", "mlx_lm", "convert", "--hf-path", str(hf_dir),
+    cmd = [sys.executable, "-m", tool, "convert", "--hf-path", str(hf_path),
            "--mlx-path", str(out_dir), *PRECISIONS[precision]]
     with open(log_path, "wb") as log:
         done = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False)
     if done.returncode != 0:
-        raise BundleError(f"mlx_lm convert failed (exit {done.returncode}): "
+        raise BundleError(f"{tool} convert failed (exit {done.returncode}): "
                           f"{log_path.read_text(errors='replace')[-1500:]}")
+
+
+def convert_mlx(hf_dir: Path, out_dir: Path, precision: str, expected: dict[str, Any],
+                log_path: Path) -> dict[str, Any]:
+    """Make the MLX folder ``out_dir`` from ``hf_dir``; returns the checked ModelArgs."""
+    _run_convert("mlx_lm", hf_dir, out_dir, precision, log_path)
     # mlx_lm re-saves the tokenizer through transformers and writes a hub model card: put the
     # rebuilt tokenizer files back and drop the card
     for name in _COPIED:
@@ -95,4 +102,22 @@ def convert_mlx(hf_dir: Path, out_dir: Path, precision: str, expected: dict[str,
     return check_config(config, expected)
 
 
-__all__ = ["PRECISIONS", "check_config", "convert_mlx", "explicit_config"]
+def convert_mlx_vlm(source: Path, out_dir: Path, precision: str, text_fields: dict[str, Any],
+                    log_path: Path) -> dict[str, Any]:
+    """Make the MLX folder ``out_dir`` of a multimodal model with ``mlx_vlm convert`` from the
+    source folder itself (towers, processor and tokenizer files included), with
+    ``text_fields`` written into its ``text_config``; returns the text_config fields checked."""
+    _run_convert("mlx_vlm", source, out_dir, precision, log_path)
+    (out_dir / "README.md").unlink(missing_ok=True)
+    cfg_path = out_dir / "config.json"
+    config = json.loads(cfg_path.read_text())
+    config["text_config"] = {**config.get("text_config", {}), **text_fields}
+    cfg_path.write_text(json.dumps(config, indent=2) + "\n")
+    seen = json.loads(cfg_path.read_text())["text_config"]
+    wrong = {k: (seen.get(k), v) for k, v in text_fields.items() if seen.get(k) != v}
+    if wrong:
+        raise BundleError(f"mlx-vlm's folder reads its text_config differently: {wrong}")
+    return {k: seen[k] for k in text_fields}
+
+
+__all__ = ["PRECISIONS", "check_config", "convert_mlx", "convert_mlx_vlm", "explicit_config"]

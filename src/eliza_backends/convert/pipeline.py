@@ -107,6 +107,8 @@ def convert(src: str | os.PathLike[str], out: str | os.PathLike[str], plan: Conv
     job = _float32_stage(source, from_hf, root, plan, runner)
     if draft_dir is not None:
         _mtp_stage(job, draft_dir)
+    if "gguf" in plan.formats:  # (a projector serves the llama.cpp text model beside it)
+        _place_projectors(job)
     for stage in _STAGES:
         if stage.fmt in plan.formats:
             _run_format(job, stage)
@@ -260,7 +262,8 @@ def _float32_stage(source: Path, from_hf: bool, root: Path, plan: ConvertPlan,
             from .llamacpp_convert import convert_hf_to_gguf
 
             family.write_float32_folder(hsrc, hf_out)
-            for file_name, args in family.llama_cpp_runs():
+            for file_name, args in (*family.llama_cpp_runs(),
+                                    *family.projector_runs(hsrc.config)):
                 convert_hf_to_gguf(llama_cpp_script, source, d / file_name, d / "tools.log",
                                    extra_args=args)
         elif from_hf:
@@ -300,6 +303,27 @@ def _converter_hash(script: Path) -> str:
     from .llamacpp_convert import converter_hash
 
     return converter_hash(script)
+
+
+def _source_config(job: _Job) -> dict[str, Any]:
+    """A Hugging Face source's ``config.json`` ({} for a GGUF source)."""
+    if not job.from_hf:
+        return {}
+    data = json.loads((job.source / "config.json").read_text(encoding="utf-8"))
+    return data if isinstance(data, dict) else {}
+
+
+def _place_projectors(job: _Job) -> None:
+    """The multimodal projectors the ``hf`` stage wrote (the family's ``projector_runs``),
+    placed under ``text/mmproj/`` (manifest role ``mmproj``)."""
+    from ..bundle import MMPROJ_DIR
+
+    for file_name, _args in job.family.projector_runs(_source_config(job)):
+        dest = job.text / MMPROJ_DIR / f"{job.name}-{file_name}"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        _place(job.hf.directory / file_name, dest)
+        job.record("gguf", "f32", [dest], job.hf)
+        job.artifacts[-1].update(role="mmproj")
 
 
 def _mtp_stage(job: _Job, folder: Path) -> None:
@@ -385,14 +409,24 @@ def _gguf_build(job: _Job, p: str, prep: Any, d: Path) -> None:
     quantize(job.f32_gguf, d / "model.gguf", p, job.plan.threads)
 
 
-def _mlx_prepare(job: _Job) -> Any:
-    return job.family.mlx_expected(job.facts, job.hf_dir)
+def _mlx_prepare(job: _Job) -> tuple[str, dict[str, Any]]:
+    """("mlx_lm", the ModelArgs it must read back) for the float32 text folder, or
+    ("mlx_vlm", the text_config fields written explicitly) for a multimodal source folder."""
+    vlm_fields = job.family.mlx_vlm_text_fields(_source_config(job))
+    if vlm_fields is not None:
+        toolchain.require("mlx-vlm")
+        return "mlx_vlm", vlm_fields
+    return "mlx_lm", job.family.mlx_expected(job.facts, job.hf_dir)
 
 
-def _mlx_build(job: _Job, p: str, expected: Any, d: Path) -> None:
-    from .mlx_out import convert_mlx
+def _mlx_build(job: _Job, p: str, prep: tuple[str, dict[str, Any]], d: Path) -> None:
+    from .mlx_out import convert_mlx, convert_mlx_vlm
 
-    seen = convert_mlx(job.hf_dir, d / "mlx", p, expected, d / "mlx_convert.log")
+    tool, expected = prep
+    if tool == "mlx_vlm":
+        seen = convert_mlx_vlm(job.source, d / "mlx", p, expected, d / "mlx_convert.log")
+    else:
+        seen = convert_mlx(job.hf_dir, d / "mlx", p, expected, d / "mlx_convert.log")
     (d / "checked.json").write_text(json.dumps(seen, indent=1, default=str))
 
 
@@ -454,8 +488,9 @@ _STAGES: tuple[_FormatStage, ...] = (
         reuse=lambda job, p: job.f32_gguf if p == "f32" else None),
     _FormatStage(
         "mlx", _mlx_prepare,
-        key=lambda job, p, _: (job.hf.key, p, job.versions["mlx-lm"], job.versions["mlx"],
-                               toolchain.code_hash("mlx_out")),
+        key=lambda job, p, prep: (job.hf.key, p, job.versions["mlx-lm"], job.versions["mlx"],
+                                  toolchain.code_hash("mlx_out"), prep[0],
+                                  job.versions["mlx-vlm"] if prep[0] == "mlx_vlm" else "-"),
         build=_mlx_build,
         outputs=lambda job, p, d: [(d / "mlx", job.text / f"{job.name}-mlx-{p}")],
         checked=True),
@@ -513,8 +548,17 @@ def _verify_stage(job: _Job) -> None:
     def build_verify(d: Path) -> None:
         parity = verify_bundle_parity(root, job.hf_dir, job.f32_gguf, job.facts,
                                       log=job.runner.say, threads=job.plan.threads)
-        text = json.dumps(parity, indent=1) + "\n"
         failed = {k: v["error"] for k, v in parity["artifacts"].items() if "error" in v}
+        kinds = job.family.media_kinds(_source_config(job))
+        if kinds:  # image / audio prompts too (a multimodal source)
+            from .verify import _artifact_runs
+            from .verify_media import verify_media
+
+            parity["media"] = verify_media(root, job.source, kinds, _artifact_runs(root),
+                                           log=job.runner.say, threads=job.plan.threads)
+            failed.update({f"{k} (media)": v["error"]
+                           for k, v in parity["media"]["artifacts"].items() if "error" in v})
+        text = json.dumps(parity, indent=1) + "\n"
         if failed:  # left in the bundle for a look; the stage stays unfinished
             (root / "parity.json").write_text(text)
             raise BackendRuntimeError(f"--verify could not run every artifact: {failed}")

@@ -25,6 +25,8 @@ NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
            ("sentencepiece", "sentencepiece")),
     "gguf": (("gguf", "gguf"), ("llama_cpp", "llama-cpp-python")),
     "mlx": (("mlx_lm", "mlx-lm"),),
+    #: a multimodal model's MLX folder (Gemma 4 with towers) is mlx-vlm's
+    "mlx-vlm": (("mlx_vlm", "mlx-vlm"),),
     "litert": (("litert_lm_builder", "litert-lm-builder"),),
     "coreml": (("coremltools", "coremltools"), ("torch", "torch"),
                ("transformers", "transformers")),
@@ -36,7 +38,7 @@ NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
 
 #: distributions whose versions key the conversion cache
 VERSIONED = ("gguf", "llama-cpp-python", "safetensors", "sentencepiece", "tokenizers", "mlx",
-             "mlx-lm", "torch", "transformers", "litert-lm-builder",
+             "mlx-lm", "mlx-vlm", "torch", "transformers", "litert-lm-builder",
              "ai-edge-litert", "litert-lm-api", "coremltools", "numpy")
 
 

@@ -36,7 +36,7 @@ from .stages import content_key
 CORE = "eliza_backends"
 #: modules of the core that are not serving code: the converter (its code keys the artifacts'
 #: stages; verify.py is hashed on its own) and the command line that started the conversion
-NOT_SERVING = (f"{CORE}.convert", f"{CORE}.cli", f"{CORE}.cli_args", f"{CORE}.__main__")
+NOT_SERVING = (f"{CORE}.convert", f"{CORE}.cli", f"{CORE}.__main__")
 
 
 def plugin_entry_points() -> list[str]:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import RequestError, UnsupportedOperationError
+from ..media import MediaLimits
 from ..prompt.chat import render_chat
 from .generation import GenerationJob
 from .types import ChatCompletionRequest, parse_request, request_output
@@ -20,14 +21,16 @@ from .types import ChatCompletionRequest, parse_request, request_output
 PROMPT_PARAM = "messages"
 
 
-def chat_job(request: ChatCompletionRequest) -> GenerationJob:
+def chat_job(request: ChatCompletionRequest,
+             media: MediaLimits | None = None) -> GenerationJob:
     """The core's job of ``request``; a malformed ``response_format``, ``tools`` or
-    ``tool_choice`` is a :class:`~eliza_backends.errors.RequestError` naming the field."""
+    ``tool_choice`` is a :class:`~eliza_backends.errors.RequestError` naming the field.
+    ``media``: the limits on its images and audio (None: the defaults, no local files)."""
     output, tools = request_output(request)
     return GenerationJob(prompt=[m.for_template() for m in request.messages], sampling=request,
                          max_tokens=request.token_budget, stop=request.stop_strings,
                          output=output, tools=tools, tool_choice=request.tool_choice,
-                         n=request.n)
+                         n=request.n, media=media)
 
 
 def chat_request_of(fields: Mapping[str, Any], names: Mapping[str, str]
@@ -56,7 +59,7 @@ def prompt_text(request: ChatCompletionRequest, template: str | None,
     if not template:
         raise UnsupportedOperationError(
             f"the model {model!r} ships no chat template; use /v1/completions")
-    return render_chat(template, [m.for_template() for m in request.messages],
+    return render_chat(template, [m.for_template(text_only=True) for m in request.messages],
                        add_generation_prompt=True, **template_tokens)
 
 

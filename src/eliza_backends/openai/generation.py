@@ -32,9 +32,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..backend.media_seq import PrefillPlan
 from ..backend.types import FinishReason
 from ..config import StreamConfig
 from ..errors import ContextFullError, InvalidArgumentError
+from ..media import MediaItem, MediaLimits
 from ..serving import SamplingSettings, session_config
 from ..stream import Stream
 from ..structured.logits import OutputSpec
@@ -67,7 +69,9 @@ class GenerationJob:
     ``sampling``: the session settings (None fields: the base config's); ``n``: how many
     choices (each one :class:`Generation`, choice ``i`` on :meth:`session_config` ``(base, i)``);
     ``max_tokens`` None: until an end token or the end of the context window; ``output``: the
-    constraint and logprobs (None: neither); ``tools`` / ``tool_choice``: a tool-call request.
+    constraint and logprobs (None: neither); ``tools`` / ``tool_choice``: a tool-call request;
+    ``media``: what images and audio the messages may carry (None: the defaults, no local
+    files; see :class:`~eliza_backends.media.MediaLimits`).
     """
 
     prompt: Prompt
@@ -78,6 +82,7 @@ class GenerationJob:
     tools: Sequence[Tool] | None = None
     tool_choice: str | Mapping[str, Any] | None = None
     n: int = 1
+    media: MediaLimits | None = None
 
     def session_config(self, base: StreamConfig, choice: int = 0) -> StreamConfig:
         """The config of a session that serves choice ``choice`` (see
@@ -98,11 +103,14 @@ class Generation:
     def __init__(self, stream: Stream, prompt: Prompt, *, max_tokens: int | None = None,
                  stop: Sequence[str] = (), output: OutputSpec | None = None,
                  tools: Sequence[Tool] | None = None,
-                 tool_choice: str | Mapping[str, Any] | None = None) -> None:
+                 tool_choice: str | Mapping[str, Any] | None = None,
+                 media: MediaLimits | None = None) -> None:
         """``output``: the constraint and logprobs of this completion (None: the stream's
         config's). ``tools`` / ``tool_choice``: a tool-call request; the reply (constrained by
-        ``output``) is parsed into :attr:`tool_calls` or :attr:`content` when it ends."""
+        ``output``) is parsed into :attr:`tool_calls` or :attr:`content` when it ends.
+        ``media``: the limits on the messages' images and audio (None: the defaults)."""
         self.stream = stream
+        self.media = media
         self.prompt = prompt
         self.max_tokens = max_tokens
         self.output = output
@@ -132,9 +140,15 @@ class Generation:
         self.first_token_at: float | None = None
         self.stop = tuple(stop)
 
-    def prompt_ids(self) -> list[int]:
-        """The prompt's token ids as :meth:`start` prefills them (messages rendered with the
-        template and the tools, text tokenized); on the stream's consumer thread."""
+    def prompt_length(self) -> int:
+        """How many tokens :meth:`start` would prefill for the prompt (messages rendered with
+        the template and the tools, media expanded); on the stream's consumer thread."""
+        prompt = self._prompt_ids()
+        return len(prompt.ids if isinstance(prompt, PrefillPlan) else prompt)
+
+    def _prompt_ids(self) -> list[int] | PrefillPlan:
+        """The prompt's ids; a plan when its messages hold images or audio (decoded and
+        expanded by the session's backend before anything is prefilled)."""
         prompt = self.prompt
         if isinstance(prompt, str):
             return self.stream.session.tokenize(prompt, add_special=True)
@@ -146,8 +160,14 @@ class Generation:
                 msgs, extra = prepare_messages(items, self.tools,  # type: ignore[arg-type]
                                                self.tool_choice, template)
                 self.native_calls = native_calls(template, self.tool_choice)
-                return self.stream.chat_tokens(msgs, tools=extra.get("tools"))
-            return self.stream.chat_tokens(items)  # type: ignore[arg-type]
+                elements = self.stream.chat_elements(msgs, tools=extra.get("tools"),
+                                                     media_limits=self.media)
+            else:
+                elements = self.stream.chat_elements(items,  # type: ignore[arg-type]
+                                                     media_limits=self.media)
+            if any(isinstance(e, MediaItem) for e in elements):
+                return self.stream.session.plan_prefill(elements)
+            return elements  # type: ignore[return-value]
         return items  # type: ignore[return-value]  # token ids: checked by prefill
 
     def start(self) -> None:
@@ -162,7 +182,8 @@ class Generation:
             raise
 
     def _start(self) -> None:
-        ids = self.prompt_ids()
+        prompt = self._prompt_ids()
+        ids = prompt.ids if isinstance(prompt, PrefillPlan) else prompt
         window = self.stream.session.context_size
         if not ids:
             raise InvalidArgumentError("the prompt is empty: send at least one token of text")
@@ -181,7 +202,7 @@ class Generation:
             output = OutputSpec(None, output.logprobs, output.top_logprobs)
         self.stream.session.set_output(output if output is None or output.active else None)
         self.stream.set_turn(max_tokens=self.max_tokens or window - len(ids), stop=self.stop)
-        prefilled = self.stream.prefill_reusing(ids)
+        prefilled = self.stream.prefill_reusing(prompt)
         self.prompt_tokens = len(ids)
         self.cached_tokens = len(ids) - prefilled
 
@@ -190,7 +211,8 @@ class Generation:
         """The generation of ``job`` (its prompt, budget, stop strings, output and tools) on
         ``stream``, not started."""
         return cls(stream, job.prompt, max_tokens=job.max_tokens, stop=job.stop,
-                   output=job.output, tools=job.tools, tool_choice=job.tool_choice)
+                   output=job.output, tools=job.tools, tool_choice=job.tool_choice,
+                   media=job.media)
 
     @property
     def finish_reason(self) -> OpenAIFinishReason | None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -59,6 +59,47 @@ class TextPart(BaseModel):
     text: str
 
 
+class ImageUrl(BaseModel):
+    """``image_url`` of an image part: a ``data:image/...;base64,`` URI (a local path or
+    ``file://`` URL only where the server allows local files; remote URLs are never fetched).
+    ``detail`` is accepted and ignored (the model's processor picks the resolution)."""
+
+    model_config = _STRICT
+
+    url: str
+    detail: Literal["auto", "low", "high"] | None = None
+
+
+class ImagePart(BaseModel):
+    """One ``{"type": "image_url", "image_url": {"url": ...}}`` part of a message's content."""
+
+    model_config = _STRICT
+
+    type: Literal["image_url"]
+    image_url: ImageUrl
+
+
+class InputAudio(BaseModel):
+    """``input_audio`` of an audio part: base64 bytes and their format."""
+
+    model_config = _STRICT
+
+    data: str
+    format: Literal["wav", "mp3", "flac"]
+
+
+class AudioPart(BaseModel):
+    """One ``{"type": "input_audio", "input_audio": {"data": ..., "format": ...}}`` part."""
+
+    model_config = _STRICT
+
+    type: Literal["input_audio"]
+    input_audio: InputAudio
+
+
+ContentPart = Annotated[TextPart | ImagePart | AudioPart, Field(discriminator="type")]
+
+
 class CalledFunction(BaseModel):
     """The function of an earlier assistant turn's tool call: ``arguments`` is JSON text
     (OpenAI's form) or the decoded object."""
@@ -80,13 +121,14 @@ class CalledTool(BaseModel):
 
 
 class ChatMessage(BaseModel):
-    """One chat message. ``content`` is text or a list of text parts (joined on use);
+    """One chat message. ``content`` is text or a list of parts: text (joined on use), images
+    and audio clips (decoded by :mod:`eliza_backends.media` when the prompt is built);
     ``developer`` is OpenAI's newer name for ``system`` and is rendered as one."""
 
     model_config = _STRICT
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = None
+    content: str | list[ContentPart] | None = None
     name: str | None = None
     tool_calls: list[CalledTool] | None = None
     tool_call_id: str | None = None
@@ -97,14 +139,25 @@ class ChatMessage(BaseModel):
             return ""
         if isinstance(self.content, str):
             return self.content
-        return "".join(part.text for part in self.content)
+        return "".join(part.text for part in self.content if isinstance(part, TextPart))
 
-    def for_template(self) -> dict[str, Any]:
+    @property
+    def has_media(self) -> bool:
+        """True when the content holds an image or audio part."""
+        return isinstance(self.content, list) and any(
+            not isinstance(part, TextPart) for part in self.content)
+
+    def for_template(self, *, text_only: bool = False) -> dict[str, Any]:
         """The dict a chat template renders (``developer`` becomes ``system``; tool calls and
         the id a tool result answers are kept, for
-        :func:`~eliza_backends.openai.tools.prepare_messages`)."""
+        :func:`~eliza_backends.openai.tools.prepare_messages`). Content with media stays a
+        list of parts (OpenAI's shape, read by :meth:`~eliza_backends.Stream.chat_elements`)
+        unless ``text_only``."""
+        content: Any = self.text()
+        if isinstance(self.content, list) and self.has_media and not text_only:
+            content = [part.model_dump(exclude_none=True) for part in self.content]
         out: dict[str, Any] = {"role": "system" if self.role == "developer" else self.role,
-                               "content": self.text()}
+                               "content": content}
         if self.name is not None:
             out["name"] = self.name
         if self.tool_calls:

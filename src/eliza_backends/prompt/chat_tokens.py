@@ -14,15 +14,24 @@ swapped for unique placeholders, the template is rendered again, and the prompt 
 markup's control tokens; every text piece (content control tokens included, as plain text) is
 tokenized with ``parse_special=False``, every markup control token on its own. A template that
 rewrites content so the placeholders cannot be put back is refused with :class:`TemplateError`.
+
+Media (:func:`chat_elements`): a message's content may be OpenAI content parts. Every media
+part is decoded first (:mod:`eliza_backends.media`) and stands in the rendered text as an
+opaque marker where the part was; the prompt is cut at the markers, and each becomes the
+:class:`~eliza_backends.media.MediaItem` itself, which the backend expands to the model's own
+media markers and embeddings. A template that drops, repeats or reorders a media part is
+refused with :class:`TemplateError`.
 """
 
 from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..errors import InvalidArgumentError, UnsupportedOperationError
+from ..media import DEFAULT_LIMITS, MediaItem, MediaLimits, media_from_part
 from .chat import TemplateError, check_messages, render_chat
 
 if TYPE_CHECKING:
@@ -35,16 +44,101 @@ def chat_token_ids(session: Session, template: str, messages: Sequence[Mapping[s
     """The token ids of ``messages`` rendered with ``template`` for ``session``'s model (no BOS
     is added beyond what the template writes). ``tools``: passed to the template as
     ``tools`` (OpenAI tool definitions) when given."""
+
+    def tokenize(text: str, parse_special: bool) -> list[int | MediaItem]:
+        return list(session.tokenize(text, add_special=False, parse_special=parse_special))
+
+    return _chat_ids(session, template, messages, add_generation_prompt, tools,
+                     tokenize)  # type: ignore[return-value]
+
+
+_MEDIA_PART_KINDS = {"image_url": "image", "input_audio": "audio"}
+
+
+def chat_elements(session: Session, template: str, messages: Sequence[Mapping[str, Any]],
+                  *, add_generation_prompt: bool = True,
+                  tools: Sequence[Mapping[str, Any]] | None = None,
+                  limits: MediaLimits = DEFAULT_LIMITS) -> list[int | MediaItem]:
+    """:func:`chat_token_ids` for messages whose content may be a list of OpenAI content parts
+    (``text``, ``image_url``, ``input_audio``): the ids, with each media part's
+    :class:`MediaItem` where it was. A kind the session does not take is refused
+    (:class:`UnsupportedOperationError`) before anything is decoded; bad media is a
+    :class:`~eliza_backends.errors.MediaError` before anything is rendered."""
+    takes = session.capabilities.media
+    for m in messages:
+        content = m.get("content") if isinstance(m, Mapping) else None
+        for part in content if isinstance(content, list) else ():
+            kind = _MEDIA_PART_KINDS.get(str(part.get("type"))) if isinstance(part, Mapping) \
+                else None
+            if kind is not None and kind not in takes:
+                raise UnsupportedOperationError(
+                    f"this {session.backend_name} session takes no {kind} input (it takes "
+                    f"{', '.join(sorted(takes)) or 'text only'}); use a backend and bundle "
+                    f"with an {kind} encoder")
+    nonce = secrets.token_hex(8)
+    media: list[MediaItem] = []
+    flat = [_flatten(m, media, nonce, limits) for m in messages]
+    if not media:
+        return chat_token_ids(session, template, flat, add_generation_prompt=add_generation_prompt,
+                              tools=tools)  # type: ignore[return-value]
+    marker = re.compile(f"\ue002{nonce}:(\\d+)\ue003")
+
+    def tokenize(text: str, parse_special: bool) -> list[int | MediaItem]:
+        out: list[int | MediaItem] = []
+        start = 0
+        for found in marker.finditer(text):
+            out += session.tokenize(text[start:found.start()], add_special=False,
+                                    parse_special=parse_special) if found.start() > start else []
+            out.append(media[int(found.group(1))])
+            start = found.end()
+        if start < len(text):
+            out += session.tokenize(text[start:], add_special=False, parse_special=parse_special)
+        return out
+
+    out = _chat_ids(session, template, flat, add_generation_prompt, tools, tokenize)
+    placed = [e for e in out if isinstance(e, MediaItem)]
+    if len(placed) != len(media) or any(a is not b for a, b in zip(placed, media, strict=True)):
+        raise TemplateError("the chat template dropped, repeated or reordered a media part; "
+                            "use a template that renders every content part once, in order")
+    return out
+
+
+def _flatten(message: Mapping[str, Any], media: list[MediaItem], nonce: str,
+             limits: MediaLimits) -> Mapping[str, Any]:
+    """``message`` with list content as one string: text parts joined, each media part
+    decoded into ``media`` and replaced by its marker."""
+    content = message.get("content") if isinstance(message, Mapping) else None
+    if not isinstance(content, list):
+        return message
+    text: list[str] = []
+    for part in content:
+        item = media_from_part(part, limits)
+        if item is None:
+            piece = part.get("text")
+            if not isinstance(piece, str):
+                raise InvalidArgumentError("a text content part needs a string 'text'")
+            text.append(piece)
+        else:
+            text.append(f"\ue002{nonce}:{len(media)}\ue003")
+            media.append(item)
+    return {**message, "content": "".join(text)}
+
+
+def _chat_ids(session: Session, template: str, messages: Sequence[Mapping[str, Any]],
+              add_generation_prompt: bool, tools: Sequence[Mapping[str, Any]] | None,
+              tokenize: Callable[[str, bool], list[int | MediaItem]]) -> list[int | MediaItem]:
+    """The prompt of ``messages``; ``tokenize(text, parse_special)`` turns each cut of the
+    rendered text into elements."""
     msgs = check_messages(messages)
     tokens: dict[str, Any] = dict(session.template_tokens)
     if tools is not None:
         tokens["tools"] = list(tools)
     text = render_chat(template, msgs, add_generation_prompt=add_generation_prompt, **tokens)
     if not any(_spells_special(session, m["content"]) for m in msgs):
-        return session.tokenize(text, add_special=False)
+        return tokenize(text, True)
     controls = sorted((c for c in session.model_info.control_texts if c), key=len, reverse=True)
     if not controls:  # the tokenizers disagree on something that is no control token
-        return session.tokenize(text, add_special=False)
+        return tokenize(text, True)
     nonce = secrets.token_hex(8)
     found = re.compile("|".join(re.escape(c) for c in controls))
     spelled: list[str] = []
@@ -64,17 +158,17 @@ def chat_token_ids(session: Session, template: str, messages: Sequence[Mapping[s
         raise TemplateError("the chat template rewrites message content in a way that hides "
                             "which control tokens are its own; use another template "
                             "(StreamConfig.chat_template) or content without control tokens")
-    ids: list[int] = []
+    ids: list[int | MediaItem] = []
     start = 0
     for markup in found.finditer(masked):  # content control tokens are placeholders here
         piece = reveal(masked[start:markup.start()])
         if piece:
-            ids += session.tokenize(piece, add_special=False, parse_special=False)
+            ids += tokenize(piece, False)
         ids += session.tokenize(markup.group(0), add_special=False)
         start = markup.end()
     tail = reveal(masked[start:])
     if tail:
-        ids += session.tokenize(tail, add_special=False, parse_special=False)
+        ids += tokenize(tail, False)
     return ids
 
 
@@ -84,4 +178,4 @@ def _spells_special(session: Session, content: str) -> bool:
         session.tokenize(content, add_special=False, parse_special=False)
 
 
-__all__ = ["chat_token_ids"]
+__all__ = ["chat_elements", "chat_token_ids"]

@@ -48,6 +48,8 @@ class SlotHeader(BaseModel):
     runtime: str
     tokens: tuple[int, ...]
     payload_size: int = Field(ge=0)
+    #: The media items in the sequence: ``[start, length, kind, digest]`` each.
+    media: tuple[tuple[int, int, str, str], ...] = ()
     extra: dict[str, int | str | float | bool] = Field(default_factory=dict)
 
 

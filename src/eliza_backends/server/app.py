@@ -48,6 +48,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..media import MediaLimits
 from ..openai import anthropic_messages, chat, completions, responses
 from ..openai.anthropic_events import MessagesFormatter
 from ..openai.anthropic_types import MessagesRequest, TokenCount
@@ -112,11 +113,15 @@ class AccessLog:
 
 
 class OpenAIServer:
-    """The routes over one pool. ``model`` is the id the server answers to and names."""
+    """The routes over one pool. ``model`` is the id the server answers to and names;
+    ``media``: the limits on requests' images and audio (None: the defaults, no local
+    files)."""
 
     def __init__(self, pool: SessionPool, model: str, *, max_body: int = MAX_BODY,
+                 media: MediaLimits | None = None,
                  response_store: ResponseStore | None = None) -> None:
         self.pool = pool
+        self.media = media
         self.model = model
         self.max_body = max_body
         #: the responses ``previous_response_id`` and ``GET /v1/responses/{id}`` find
@@ -169,8 +174,9 @@ class OpenAIServer:
             self._check_model(req.model)
             routing = chat.prompt_text(req, self.pool.chat_template, self.pool.template_tokens,
                                        self.model)
-            return await self._generate(request, chat.chat_job(req), Responder("chat", self.model),
-                                        routing, req.stream, req.include_usage)
+            return await self._generate(request, chat.chat_job(req, self.media),
+                                        Responder("chat", self.model), routing, req.stream,
+                                        req.include_usage)
         except Exception as exc:
             return self._fail(request, exc, chat.PROMPT_PARAM)
 
@@ -245,11 +251,11 @@ class OpenAIServer:
             config = job.session_config(self.pool.config)
             lease = await self.pool.acquire("", config)
             try:
-                ids = await lease.call(lambda stream: Generation.of_job(stream, job)
-                                       .prompt_ids())
+                length = await lease.call(lambda stream: Generation.of_job(stream, job)
+                                          .prompt_length())
             finally:
                 await lease.release(lease.slot.text)
-            return JSONResponse(TokenCount(input_tokens=len(ids)).model_dump())
+            return JSONResponse(TokenCount(input_tokens=length).model_dump())
         except Exception as exc:
             return self._fail(request, exc, anthropic_messages.PROMPT_PARAM,
                               anthropic_error_body)
@@ -297,11 +303,13 @@ class OpenAIServer:
                 return
 
 
-def create_app(pool: SessionPool, *, model: str, max_body: int = MAX_BODY) -> ASGIApp:
-    """The ASGI application serving ``pool`` under the model id ``model`` (with access logs).
+def create_app(pool: SessionPool, *, model: str, max_body: int = MAX_BODY,
+               media: MediaLimits | None = None) -> ASGIApp:
+    """The ASGI application serving ``pool`` under the model id ``model`` (with access logs);
+    ``media``: the limits on requests' images and audio (see :class:`OpenAIServer`).
 
     The pool must be open; closing it is the caller's job."""
-    server = OpenAIServer(pool, model, max_body=max_body)
+    server = OpenAIServer(pool, model, max_body=max_body, media=media)
 
     async def not_found(request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500

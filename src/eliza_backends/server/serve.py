@@ -38,6 +38,7 @@ from typing import IO, Any, Literal
 import uvicorn
 
 from ..config import StreamConfig
+from ..media import MediaLimits
 from ..serving import model_name
 from .app import create_app
 from .pool import SessionPool
@@ -146,12 +147,14 @@ def serve(bundle: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int 
           parallel: int | Literal["auto"] | None = None, queue: int | None = None,
           config: StreamConfig | None = None, model: str | None = None, grace: float = 10.0,
           log_format: LogFormat = "text", log_level: str = "info",
-          out: IO[str] | None = None) -> int:
+          out: IO[str] | None = None, allow_media_files: bool = False) -> int:
     """Serve ``bundle`` until interrupted; returns the exit status (0 after a graceful
     shutdown). ``parallel`` concurrent generations batched in one runtime context, or
     ``sessions`` independent ones, over one model load (neither: ``parallel="auto"``; see
     :class:`SessionPool`); ``queue`` more waiting (default 4 per session), ``config`` the
-    sessions' base settings, ``model`` the id clients use (default: the bundle's name).
+    sessions' base settings, ``model`` the id clients use (default: the bundle's name);
+    ``allow_media_files``: an ``image_url`` may name a local file (a path or ``file://``; off:
+    only data URIs; remote URLs are never fetched).
     Raises :class:`ElizaError` when the bundle cannot be served (or both ``sessions`` and
     ``parallel`` are over 1) and ``OSError`` when the address is taken."""
     out = out or sys.stdout
@@ -169,7 +172,8 @@ def serve(bundle: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int 
         announce = (f"eliza-backends serve: http://{shown}:{bound}/v1  model {name} on "
                     f"{pool.backend}, {pool.batching}, context {pool.context_size}, "
                     f"queue {pool.max_queue}; Ctrl-C to stop")
-        uv_config = uvicorn.Config(create_app(pool, model=name), log_config=None,
+        media = MediaLimits(allow_files=True) if allow_media_files else None
+        uv_config = uvicorn.Config(create_app(pool, model=name, media=media), log_config=None,
                                    access_log=False, lifespan="off", ws="none",
                                    timeout_graceful_shutdown=math.ceil(grace + SHUTDOWN_MARGIN))
         server = _Server(uv_config, pool, grace, announce, out)

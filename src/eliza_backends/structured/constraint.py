@@ -37,7 +37,7 @@ import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..errors import (
     BackendRuntimeError,
@@ -49,7 +49,6 @@ from ..errors import (
 if TYPE_CHECKING:
     import numpy as np
 
-    from ..backend.model_info import ModelInfo
 
 ConstraintKind = Literal["json_schema", "regex", "grammar"]
 
@@ -231,12 +230,26 @@ class _Vocab:
         return self._tokenize(data) if self._tokenize is not None else []
 
 
+class VocabularyFacts(Protocol):
+    """What :func:`model_vocabulary` reads about a model (a
+    :class:`~eliza_backends.backend.model_info.ModelInfo` has it; this package sits below the
+    plugin kit and does not import it). Hashable and weakly referenceable: the vocabulary is
+    cached per object."""
+
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def eog_token_ids(self) -> frozenset[int]: ...
+    @property
+    def control_texts(self) -> frozenset[str]: ...
+
+
 _vocab_lock = threading.Lock()
-_vocabularies: weakref.WeakKeyDictionary[ModelInfo, TokenVocabulary] = \
+_vocabularies: weakref.WeakKeyDictionary[VocabularyFacts, TokenVocabulary] = \
     weakref.WeakKeyDictionary()
 
 
-def model_vocabulary(info: ModelInfo, piece: Callable[[int], bytes],
+def model_vocabulary(info: VocabularyFacts, piece: Callable[[int], bytes],
                      control_id: Callable[[str], int | None]) -> TokenVocabulary:
     """The :class:`TokenVocabulary` of the model ``info`` describes, built on first use from
     ``piece(token_id)`` and the control-token texts (``control_id(text)`` is the id of one, or

@@ -21,8 +21,9 @@ base class builds a fresh guide at each prefill and collects the logprobs into e
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import InvalidArgumentError
 from .constraint import Constraint, ConstraintMatcher, TokenVocabulary, check_compiles
@@ -31,7 +32,24 @@ from .logprobs import MAX_TOP_LOGPROBS, LogprobRecorder, RawLogprob
 if TYPE_CHECKING:
     import numpy as np
 
-    from ..config import StreamConfig
+
+class OutputFields(Protocol):
+    """The fields an :class:`OutputSpec` is read from (a
+    :class:`~eliza_backends.config.StreamConfig` has them; this package sits below the config
+    and does not import it)."""
+
+    @property
+    def response_format(self) -> Mapping[str, Any] | None: ...
+    @property
+    def json_schema(self) -> Mapping[str, Any] | bool | None: ...
+    @property
+    def regex(self) -> str | None: ...
+    @property
+    def grammar(self) -> str | None: ...
+    @property
+    def logprobs(self) -> bool: ...
+    @property
+    def top_logprobs(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -63,7 +81,7 @@ class OutputSpec:
         return self.constraint is not None or self.logprobs or self.top_logprobs > 0
 
     @classmethod
-    def from_config(cls, config: StreamConfig) -> OutputSpec:
+    def from_config(cls, config: OutputFields) -> OutputSpec:
         """The spec of ``config``'s ``response_format`` / ``json_schema`` / ``regex`` /
         ``grammar`` and ``logprobs`` / ``top_logprobs`` fields."""
         constraint: Constraint | None = None

@@ -34,7 +34,9 @@ and pandas' extension tests), each in a module of its own, so that one area read
 * ``speculative``: :class:`SpeculativeChecks`, drafters keep greedy output;
 * ``sampling``: :class:`SamplingChecks`, seeded sampling;
 * ``chat``: :class:`ChatChecks`, chat ids, no forged control tokens;
-* ``logits``: :class:`LogitsChecks`, constraints and logprobs, or their refusal.
+* ``logits``: :class:`LogitsChecks`, constraints and logprobs, or their refusal;
+* ``media``: :class:`MediaChecks`, media kinds declared honestly, refused in the core or part
+  of the sequence.
 
 The helpers the checks share (:func:`run_to_end`, :func:`generated_tokens`,
 :func:`long_prompt`) are in ``testing.helpers``. Import everything from
@@ -57,6 +59,7 @@ from .generation import GenerationChecks
 from .helpers import generated_tokens, long_prompt, run_to_end
 from .inputs import InputChecks
 from .logits import LogitsChecks
+from .media import MediaChecks
 from .rewind import RewindChecks
 from .sampling import SamplingChecks
 from .slots import SlotChecks
@@ -65,12 +68,13 @@ from .speculative import SpeculativeChecks
 
 class BackendConformance(FactoryChecks, GenerationChecks, RewindChecks, CancelChecks,
                          SlotChecks, InputChecks, SpeculativeChecks, SamplingChecks, ChatChecks,
-                         LogitsChecks):
+                         LogitsChecks, MediaChecks):
     """Every contract check for one backend. Subclass and provide ``factory`` and
     ``bundle_dir`` fixtures (see :class:`KitFixtures`)."""
 
 
 __all__ = ["BackendConformance", "CancelChecks", "ChatChecks", "FactoryChecks",
-           "GenerationChecks", "InputChecks", "KitFixtures", "LogitsChecks", "RewindChecks",
+           "GenerationChecks", "InputChecks", "KitFixtures", "LogitsChecks", "MediaChecks",
+           "RewindChecks",
            "SamplingChecks",
            "SlotChecks", "SpeculativeChecks", "generated_tokens", "long_prompt", "run_to_end"]

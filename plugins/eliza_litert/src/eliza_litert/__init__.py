@@ -5,9 +5,10 @@ Two sessions:
 
 * ``interpreter`` (token-exact): the model's own prefill/decode signatures on ai-edge-litert's
   Interpreter, the KV cache held in numpy, the core's numpy sampler; token ids in and out, prefix
-  reuse, slots, cancel between chunks and tokens.
+  reuse, slots, cancel between chunks and tokens (:mod:`eliza_litert.session`).
 * ``engine``: ``litert_lm.Engine`` (LiteRT-LM's own runtime, accelerators and benchmark info);
-  text-level, so token ids must round-trip through the tokenizer, no slots, no prefix reuse.
+  text-level, so token ids must round-trip through the tokenizer, no slots, no prefix reuse
+  (:mod:`eliza_litert.litert_lm_session`).
 
 ``options={"litert-lm": {"session": "auto" | "interpreter" | "engine"}}``; ``auto`` is the
 interpreter on the CPU rung of the accelerator ladder and the engine on an NPU/GPU rung.
@@ -35,6 +36,7 @@ from eliza_backends import (
     hookimpl,
 )
 from eliza_backends.backend import (
+    cpu_count,
     native_exit_to_logging,
     native_stderr_to_logging,
     quiet_by_default,
@@ -201,7 +203,7 @@ class LiteRTFactory(Factory):
                     raise BackendSelectionError(
                         f"the engine session needs a .litertlm under {context.bundle_dir}/text/"
                         f"; {path.name} is a .tflite (use session='interpreter')") from None
-            from .engine_session import open_engine_session
+            from .litert_lm_session import open_engine_session
 
             # the probes only saw files; if the engine cannot start on a rung that was not
             # forced, walk on down the ladder (the CPU rung always probes true)
@@ -221,10 +223,10 @@ class LiteRTFactory(Factory):
                 return session
             raise BackendRuntimeError("LiteRT-LM could not start on any usable rung: "
                                       + "; ".join(failures))
-        from .model import default_threads, shared_model
+        from .model import shared_model
         from .session import LiteRTSession
 
-        threads = config.threads or default_threads()
+        threads = config.threads or cpu_count()
         accel = ladder.chosen.engine_backend if options.runtime == "compiled" else "cpu"
         rung = ladder.chosen
         try:

@@ -15,7 +15,7 @@ The header flatbuffer and the LlmMetadata protobuf are decoded here with bounds 
 flatbuffers/protobuf dependency, no generated code); anything malformed is a
 :class:`~eliza_backends.BundleError`. ``.tflite`` files are checked for their flatbuffer
 structure (every table, offset and index the runtimes read, :mod:`.tflite_check`) before a
-runtime loads them.
+runtime loads them. Both flatbuffers are read with :mod:`.flatbuffer`.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from pathlib import Path
 from eliza_backends import BundleError
 from eliza_backends.backend import HFTokenizer, SPTokenizer, Tokenizer
 
+from .flatbuffer import Flatbuffer, FlatbufferError
 from .tflite_check import check_tflite_buffer
 
 MAGIC = b"LITERTLM"
@@ -179,79 +180,6 @@ def _bad(path: Path | str, what: str) -> BundleError:
                        "be truncated or corrupted; fetch or export it again")
 
 
-# ------------------------------------------------------------------------------ flatbuffer
-
-
-class _FB:
-    """Bounds-checked reads of a flatbuffer (only what the header schema needs)."""
-
-    def __init__(self, buf: bytes, path: Path) -> None:
-        self.buf, self.path = buf, path
-
-    def _need(self, pos: int, n: int) -> None:
-        if pos < 0 or pos + n > len(self.buf):
-            raise _bad(self.path, f"header flatbuffer reference {pos}+{n} is out of bounds")
-
-    def u8(self, pos: int) -> int:
-        self._need(pos, 1)
-        return self.buf[pos]
-
-    def u16(self, pos: int) -> int:
-        self._need(pos, 2)
-        return int(struct.unpack_from("<H", self.buf, pos)[0])
-
-    def u32(self, pos: int) -> int:
-        self._need(pos, 4)
-        return int(struct.unpack_from("<I", self.buf, pos)[0])
-
-    def i32(self, pos: int) -> int:
-        self._need(pos, 4)
-        return int(struct.unpack_from("<i", self.buf, pos)[0])
-
-    def u64(self, pos: int) -> int:
-        self._need(pos, 8)
-        return int(struct.unpack_from("<Q", self.buf, pos)[0])
-
-    def root(self) -> int:
-        return self.u32(0)
-
-    def field(self, table: int, index: int) -> int:
-        """Absolute position of field ``index`` of ``table``, or 0 when absent."""
-        vtable = table - self.i32(table)
-        vsize = self.u16(vtable)
-        slot = 4 + 2 * index
-        if slot + 2 > vsize:
-            return 0
-        off = self.u16(vtable + slot)
-        return table + off if off else 0
-
-    def deref(self, pos: int) -> int:
-        return pos + self.u32(pos)
-
-    def table(self, table: int, index: int) -> int | None:
-        pos = self.field(table, index)
-        return self.deref(pos) if pos else None
-
-    def vector(self, table: int, index: int) -> list[int]:
-        """Positions of the tables in a vector-of-tables field."""
-        pos = self.field(table, index)
-        if not pos:
-            return []
-        vec = self.deref(pos)
-        n = self.u32(vec)
-        self._need(vec + 4, 4 * n)
-        return [self.deref(vec + 4 + 4 * i) for i in range(n)]
-
-    def string(self, table: int, index: int) -> str | None:
-        pos = self.field(table, index)
-        if not pos:
-            return None
-        s = self.deref(pos)
-        n = self.u32(s)
-        self._need(s + 4, n)
-        return self.buf[s + 4:s + 4 + n].decode("utf-8", "replace")
-
-
 def read_container(path: str | os.PathLike[str]) -> Container:
     """Parse and bounds-check the header of a ``.litertlm``; :class:`BundleError` if bad."""
     p = Path(path)
@@ -270,34 +198,38 @@ def read_container(path: str | os.PathLike[str]) -> Container:
             buf = f.read(header_end - HEADER_BEGIN)
     except OSError as exc:
         raise BundleError(f"cannot read {p}: {exc.strerror or exc}") from None
-    fb = _FB(buf, p)
-    root = fb.root()
-    section_meta = fb.table(root, 1)
+    try:
+        sections = _sections(Flatbuffer(buf, "header flatbuffer"), p, header_end, size)
+    except FlatbufferError as exc:
+        raise _bad(p, f"its header: {exc}") from None
+    if not sections:
+        raise _bad(p, "the header lists no sections")
+    return Container(p, (major, minor, patch), size, tuple(sections))
+
+
+def _sections(fb: Flatbuffer, p: Path, header_end: int, size: int) -> list[Section]:
+    """The section table of a container's header flatbuffer (``LiteRTLMMetaData``)."""
+    section_meta = fb.sub(fb.root(), 1)
     if section_meta is None:
         raise _bad(p, "the header has no section table")
     sections = []
-    for i, obj in enumerate(fb.vector(section_meta, 0)):
+    for i, obj in enumerate(fb.tables(section_meta, 0)):
         items: dict[str, str] = {}
-        for kv in fb.vector(obj, 0):
+        for kv in fb.tables(obj, 0):
             key = fb.string(kv, 0)
-            vtype_pos = fb.field(kv, 1)
-            if key is None or not vtype_pos or fb.u8(vtype_pos) != _VDATA_STRING:
+            if key is None or fb.scalar(kv, 1, "<B") != _VDATA_STRING:
                 continue
-            value = fb.table(kv, 2)
+            value = fb.sub(kv, 2)
             text = fb.string(value, 0) if value is not None else None
             if text is not None:
-                items[key] = text
-        b_pos, e_pos, t_pos = fb.field(obj, 1), fb.field(obj, 2), fb.field(obj, 3)
-        begin = fb.u64(b_pos) if b_pos else 0
-        end = fb.u64(e_pos) if e_pos else 0
-        dtype = SECTION_TYPES.get(fb.u8(t_pos) if t_pos else 0, "unknown")
+                items[key.decode("utf-8", "replace")] = text.decode("utf-8", "replace")
+        begin, end = fb.scalar(obj, 1, "<Q"), fb.scalar(obj, 2, "<Q")
+        dtype = SECTION_TYPES.get(fb.scalar(obj, 3, "<B"), "unknown")
         if not header_end <= begin <= end <= size:
             raise _bad(p, f"section {i} ({dtype}) spans bytes {begin}..{end} of a {size}-byte "
                        "file (truncated?)")
         sections.append(Section(i, dtype, begin, end, items))
-    if not sections:
-        raise _bad(p, "the header lists no sections")
-    return Container(p, (major, minor, patch), size, tuple(sections))
+    return sections
 
 
 # ------------------------------------------------------------------------------ protobuf

@@ -206,14 +206,6 @@ def close_model(model: LoadedModel) -> None:
     model.files.remove()
 
 
-def default_threads() -> int:
-    """The CPUs this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
-
-
 def shared_model(context: InferenceContext, path: Path, threads: int, runtime: str,
                  accelerator: str, cache_dir: str | None = None) -> LoadedModel:
     """The model of ``path`` on ``context``: loaded on first use, then shared; closed with the
@@ -223,5 +215,5 @@ def shared_model(context: InferenceContext, path: Path, threads: int, runtime: s
                                                   cache_dir), close_model)
 
 
-__all__ = ["RUNTIME", "LoadedModel", "close_model", "default_threads", "load_model",
+__all__ = ["RUNTIME", "LoadedModel", "close_model", "load_model",
            "shared_model"]

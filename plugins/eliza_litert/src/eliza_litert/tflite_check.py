@@ -18,11 +18,12 @@ Field numbers follow TensorFlow Lite's ``schema.fbs`` (``ai_edge_litert.schema_p
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 from typing import Any
 
 from eliza_backends import BundleError
+
+from .flatbuffer import Flatbuffer, FlatbufferError
 
 IDENTIFIER = b"TFL3"
 _MAX_DEPTH = 64  # nested vectors/tables the walk follows (the schema needs fewer than 8)
@@ -86,98 +87,15 @@ _MIN_INPUTS: dict[int, int] = {
 }
 
 
-class _Invalid(Exception):
-    """Raised inside the walk; :func:`check_tflite_buffer` adds where and turns it into a
-    BundleError (so the walk formats no message unless something is wrong)."""
-
-
-class _Flatbuffer:
-    """Bounds-checked flatbuffer reads over ``buf`` (bytes, memoryview or mmap)."""
-
-    def __init__(self, buf: Any) -> None:
-        self.buf, self.size = buf, len(buf)
-        self.where: tuple[Any, ...] = ("the model table",)
-        self._vtables: dict[int, tuple[int, tuple[int, ...]]] = {}
-
-    def need(self, pos: int, n: int, what: str) -> None:
-        if pos < 0 or n < 0 or pos + n > self.size:
-            raise _Invalid(f"{what} at byte {pos} (+{n}) is outside the {self.size}-byte model")
-
-    def deref(self, pos: int) -> int:
-        if pos < 0 or pos + 4 > self.size:
-            self.need(pos, 4, "an offset")
-        return pos + int(struct.unpack_from("<I", self.buf, pos)[0])
-
-    def table(self, pos: int) -> list[int]:
-        """Absolute field positions of the table at ``pos`` (0 for an absent field)."""
-        self.need(pos, 4, "a table")
-        vtable = pos - int(struct.unpack_from("<i", self.buf, pos)[0])
-        layout = self._vtables.get(vtable)
-        if layout is None:  # tables of one type usually share a vtable: check it once
-            self.need(vtable, 4, "a vtable")
-            vsize, tsize = struct.unpack_from("<HH", self.buf, vtable)
-            if vsize < 4 or vsize % 2 or tsize < 4:
-                raise _Invalid(f"a malformed vtable (sizes {vsize}, {tsize})")
-            self.need(vtable, vsize, "a vtable")
-            offsets = struct.unpack_from(f"<{(vsize - 4) // 2}H", self.buf, vtable + 4)
-            if any(off and (off < 4 or off >= tsize) for off in offsets):
-                raise _Invalid(f"a field outside its table's {tsize} bytes")
-            layout = self._vtables[vtable] = (tsize, offsets)
-        tsize, offsets = layout
-        self.need(pos, tsize, "a table")
-        return [pos + off if off else 0 for off in offsets]
-
-    def vector(self, pos: int, elem: int) -> tuple[int, int]:
-        """(first element position, length) of the vector ``pos`` points to."""
-        vec = self.deref(pos)
-        self.need(vec, 4, "a vector")
-        n = int(struct.unpack_from("<I", self.buf, vec)[0])
-        self.need(vec + 4, n * elem, f"a vector of {n} items")
-        return vec + 4, n
-
-    # field readers: ``fields`` from :meth:`table`, ``i`` the field number
-    def ints(self, fields: Sequence[int], i: int, fmt: str = "i") -> tuple[int, ...]:
-        pos = fields[i] if i < len(fields) else 0
-        if not pos:
-            return ()
-        start, n = self.vector(pos, struct.calcsize(fmt))
-        return struct.unpack_from(f"<{n}{fmt}", self.buf, start)
-
-    def tables(self, fields: Sequence[int], i: int) -> list[list[int]]:
-        pos = fields[i] if i < len(fields) else 0
-        if not pos:
-            return []
-        start, n = self.vector(pos, 4)
-        return [self.table(self.deref(start + 4 * k)) for k in range(n)]
-
-    def sub(self, fields: Sequence[int], i: int) -> list[int] | None:
-        pos = fields[i] if i < len(fields) else 0
-        return self.table(self.deref(pos)) if pos else None
-
-    def string(self, fields: Sequence[int], i: int) -> bytes | None:
-        pos = fields[i] if i < len(fields) else 0
-        if not pos:
-            return None
-        start, n = self.vector(pos, 1)
-        self.need(start, n + 1, "a string's terminator")
-        return bytes(self.buf[start:start + n])
-
-    def scalar(self, fields: Sequence[int], i: int, fmt: str, default: int = 0) -> int:
-        pos = fields[i] if i < len(fields) else 0
-        if not pos:
-            return default
-        self.need(pos, struct.calcsize(fmt), "a field")
-        return int(struct.unpack_from(fmt, self.buf, pos)[0])
-
-
 def check_tflite_buffer(buf: Any, name: str) -> None:
     """Validate a whole TFLite model held in ``buf`` (bytes, memoryview or mmap)."""
     if len(buf) < 16 or bytes(buf[4:8]) != IDENTIFIER:
         raise _fail(name, "bad header (expected the flatbuffer identifier b'TFL3' at byte 4)")
-    fb = _Flatbuffer(buf)
+    fb = Flatbuffer(buf)
+    fb.where = ("the model table",)
     try:
         _walk(fb)
-    except _Invalid as exc:
+    except FlatbufferError as exc:
         where = " ".join(str(w) for w in fb.where)
         raise _fail(name, f"{where}: {exc}") from None
 
@@ -187,7 +105,7 @@ def _fail(name: str, what: str) -> BundleError:
                        "or corrupted; export it again")
 
 
-def _walk(fb: _Flatbuffer) -> None:
+def _walk(fb: Flatbuffer) -> None:
     model = fb.table(fb.deref(0))
     builtin_codes = []
     for i, f in enumerate(fb.tables(model, 1)):
@@ -198,7 +116,7 @@ def _walk(fb: _Flatbuffer) -> None:
     fb.where = ("the model table",)
     subgraphs = fb.tables(model, 2)
     if not subgraphs:
-        raise _Invalid("it has no subgraphs")
+        raise FlatbufferError("it has no subgraphs")
     fb.string(model, 3)
     buffers = fb.tables(model, 4)
     buffer_sizes: list[int | None] = []
@@ -208,18 +126,18 @@ def _walk(fb: _Flatbuffer) -> None:
         offset, extent = fb.scalar(f, 1, "<Q"), fb.scalar(f, 2, "<Q")
         if offset > 1:  # data stored after the flatbuffer (models over 2 GB)
             if offset + extent > fb.size:
-                raise _Invalid(f"its data spans bytes {offset}..{offset + extent}")
+                raise FlatbufferError(f"its data spans bytes {offset}..{offset + extent}")
             size = extent
         buffer_sizes.append(size)
     n_buffers, n_subgraphs = len(buffers), len(subgraphs)
     fb.where = ("the model table",)
     if any(not 0 <= i < n_buffers for i in fb.ints(model, 5)):
-        raise _Invalid(f"metadata_buffer names a buffer outside 0..{n_buffers - 1}")
+        raise FlatbufferError(f"metadata_buffer names a buffer outside 0..{n_buffers - 1}")
     for i, f in enumerate(fb.tables(model, 6)):
         fb.where = ("metadata", i)
         fb.string(f, 0)
         if fb.scalar(f, 1, "<I") >= n_buffers:
-            raise _Invalid(f"it names buffer {fb.scalar(f, 1, '<I')} of {n_buffers}")
+            raise FlatbufferError(f"it names buffer {fb.scalar(f, 1, '<I')} of {n_buffers}")
     for i, f in enumerate(fb.tables(model, 8)):  # external buffer groups: a name each
         fb.where = ("external buffer group", i)
         fb.string(f, 0)
@@ -232,7 +150,7 @@ def _walk(fb: _Flatbuffer) -> None:
     _check_signatures(fb, model, subgraphs, n_tensors_of)
 
 
-def _check_subgraph(fb: _Flatbuffer, g: int, sg: Sequence[int], builtin_codes: Sequence[int],
+def _check_subgraph(fb: Flatbuffer, g: int, sg: Sequence[int], builtin_codes: Sequence[int],
                     n_subgraphs: int, buffer_sizes: Sequence[int | None], limit: int) -> int:
     """Check subgraph ``g`` (its tensors, its operators in order, its inputs and outputs);
     returns its number of tensors."""
@@ -249,26 +167,26 @@ def _check_subgraph(fb: _Flatbuffer, g: int, sg: Sequence[int], builtin_codes: S
     inputs, outputs = fb.ints(sg, 1), fb.ints(sg, 2)
     for i in (*inputs, *outputs):
         if not 0 <= i < n_t:
-            raise _Invalid(f"its inputs or outputs name tensor {i} of {n_t}")
+            raise FlatbufferError(f"its inputs or outputs name tensor {i} of {n_t}")
     ready = given | set(inputs)  # what an operator may read
     written: set[int] = set()
     for o, of in enumerate(fb.tables(sg, 3)):
         fb.where = ("subgraph", g, "operator", o)
         for t in _check_operator(fb, of, builtin_codes, n_opcodes, n_t, n_subgraphs):
             if t in written or (t in ready and t not in given):
-                raise _Invalid(f"it writes tensor {t}, which a subgraph input or an "
-                               "earlier operator already provides")
+                raise FlatbufferError(f"it writes tensor {t}, which a subgraph input or an "
+                                      "earlier operator already provides")
             written.add(t)
         ready |= written
     fb.where = ("subgraph", g)
     missing = [t for t in outputs if t not in ready]
     if missing:
-        raise _Invalid(f"its outputs {missing[:4]} are produced by no operator")
+        raise FlatbufferError(f"its outputs {missing[:4]} are produced by no operator")
     fb.string(sg, 4)
     return n_t
 
 
-def _check_signatures(fb: _Flatbuffer, model: Sequence[int], subgraphs: Sequence[Sequence[int]],
+def _check_signatures(fb: Flatbuffer, model: Sequence[int], subgraphs: Sequence[Sequence[int]],
                       n_tensors_of: Sequence[int]) -> None:
     """Check the model's signatures: each names a subgraph and distinct inputs / outputs of it."""
     n_subgraphs = len(subgraphs)
@@ -279,47 +197,50 @@ def _check_signatures(fb: _Flatbuffer, model: Sequence[int], subgraphs: Sequence
         fb.where = ("signature", s, f"({key.decode('utf-8', 'replace')})" if key else "")
         g = fb.scalar(sf, 4, "<I")
         if g >= n_subgraphs:
-            raise _Invalid(f"it names subgraph {g} of {n_subgraphs}")
+            raise FlatbufferError(f"it names subgraph {g} of {n_subgraphs}")
         for idx in (0, 1):
             seen: set[int] = set()
             for mf in fb.tables(sf, idx):
                 fb.string(mf, 0)
                 t = fb.scalar(mf, 1, "<I")
                 if t >= n_tensors_of[g]:
-                    raise _Invalid(f"it names tensor {t} of subgraph {g}'s {n_tensors_of[g]}")
+                    raise FlatbufferError(
+                        f"it names tensor {t} of subgraph {g}'s {n_tensors_of[g]}")
                 if t not in io_of[g][idx] or t in seen:  # a runtime aborts on anything else
-                    raise _Invalid(f"its {'input' if idx == 0 else 'output'} names tensor {t}, "
-                                   f"which is not a distinct {'input' if idx == 0 else 'output'} "
-                                   f"of subgraph {g}")
+                    kind = "input" if idx == 0 else "output"
+                    raise FlatbufferError(f"its {kind} names tensor {t}, which is not a "
+                                          f"distinct {kind} of subgraph {g}")
                 seen.add(t)
 
 
-def _check_operator(fb: _Flatbuffer, of: Sequence[int], builtin_codes: Sequence[int],
+def _check_operator(fb: Flatbuffer, of: Sequence[int], builtin_codes: Sequence[int],
                     n_opcodes: int, n_tensors: int, n_subgraphs: int) -> tuple[int, ...]:
     """Check one operator; returns the tensors it writes."""
     code_index = fb.scalar(of, 0, "<I")
     if code_index >= n_opcodes:
-        raise _Invalid(f"it names operator code {code_index} of {n_opcodes}")
+        raise FlatbufferError(f"it names operator code {code_index} of {n_opcodes}")
     code = builtin_codes[code_index]
     inputs, outputs = fb.ints(of, 1), fb.ints(of, 2)
     if code in _MIN_INPUTS and (len(inputs) < _MIN_INPUTS[code] or not outputs):
-        raise _Invalid(f"builtin operator {code} has {len(inputs)} inputs and {len(outputs)} "
-                       f"outputs; it needs at least {_MIN_INPUTS[code]} and 1")
+        raise FlatbufferError(f"builtin operator {code} has {len(inputs)} inputs and "
+                              f"{len(outputs)} outputs; it needs at least {_MIN_INPUTS[code]} "
+                              "and 1")
     for k, i in enumerate(inputs):
         if i == -1:
             allowed = _OPTIONAL_INPUTS.get(code, frozenset())
             if k == 0 if allowed is None else k not in allowed:
-                raise _Invalid(f"builtin operator {code} omits its input {k}, which it needs")
+                raise FlatbufferError(
+                    f"builtin operator {code} omits its input {k}, which it needs")
         elif not 0 <= i < n_tensors:
-            raise _Invalid(f"an input names tensor {i} of {n_tensors}")
+            raise FlatbufferError(f"an input names tensor {i} of {n_tensors}")
     for i in (*outputs, *fb.ints(of, 8)):
         if not 0 <= i < n_tensors:
-            raise _Invalid(f"an output or intermediate names tensor {i} of {n_tensors}")
+            raise FlatbufferError(f"an output or intermediate names tensor {i} of {n_tensors}")
     fb.ints(of, 5, "B")  # custom options
     fb.ints(of, 7, "B")  # mutating variable inputs
     large_at, large_n = fb.scalar(of, 9, "<Q"), fb.scalar(of, 10, "<Q")
     if large_at and large_at + large_n > fb.size:
-        raise _Invalid(f"its custom options span bytes {large_at}..{large_at + large_n}")
+        raise FlatbufferError(f"its custom options span bytes {large_at}..{large_at + large_n}")
     for type_idx, table_idx, schema in ((3, 4, _OPTIONS), (11, 12, _OPTIONS_2)):
         opt = fb.sub(of, table_idx)
         if opt is None:
@@ -334,35 +255,36 @@ def _check_operator(fb: _Flatbuffer, of: Sequence[int], builtin_codes: Sequence[
             else:
                 refs = fb.ints(opt, fi) if fkind == "subgraphs" else (fb.scalar(opt, fi, "<i"),)
                 if any(not 0 <= ref < n_subgraphs for ref in refs):
-                    raise _Invalid(f"its options name a subgraph outside 0..{n_subgraphs - 1}")
+                    raise FlatbufferError(
+                        f"its options name a subgraph outside 0..{n_subgraphs - 1}")
     return outputs
 
 
-def _check_tensor(fb: _Flatbuffer, tf: Sequence[int], n_tensors: int,
+def _check_tensor(fb: Flatbuffer, tf: Sequence[int], n_tensors: int,
                   buffer_sizes: Sequence[int | None], limit: int) -> bool:
     """Check one tensor; True when it holds data before anything runs (a constant with
     bytes, or a variable)."""
     shape = fb.ints(tf, 0)
     ttype = fb.scalar(tf, 1, "<B")
     if ttype not in TENSOR_TYPE_BYTES:
-        raise _Invalid(f"unknown tensor type {ttype}")
+        raise FlatbufferError(f"unknown tensor type {ttype}")
     buffer = fb.scalar(tf, 2, "<I")
     if buffer >= len(buffer_sizes):
-        raise _Invalid(f"it names buffer {buffer} of {len(buffer_sizes)}")
+        raise FlatbufferError(f"it names buffer {buffer} of {len(buffer_sizes)}")
     fb.string(tf, 3)
     if len(shape) > _MAX_RANK or any(d < 0 for d in shape):
-        raise _Invalid(f"implausible shape {list(shape)[:8]} (rank {len(shape)})")
+        raise FlatbufferError(f"implausible shape {list(shape)[:8]} (rank {len(shape)})")
     n = 1
     for d in shape:
         n *= d
     nbytes = n * TENSOR_TYPE_BYTES[ttype]
     if nbytes > limit:
-        raise _Invalid(f"shape {list(shape)} would take {nbytes} bytes, implausible for a "
-                       f"{fb.size}-byte model")
+        raise FlatbufferError(f"shape {list(shape)} would take {nbytes} bytes, implausible for a "
+                              f"{fb.size}-byte model")
     stored = buffer_sizes[buffer] if buffer else None
     if stored and TENSOR_TYPE_BYTES[ttype] and stored != nbytes:
-        raise _Invalid(f"it has {stored} bytes of data for shape {list(shape)} ({nbytes} "
-                       "expected)")
+        raise FlatbufferError(f"it has {stored} bytes of data for shape {list(shape)} ({nbytes} "
+                              "expected)")
     qf = fb.sub(tf, 4)
     if qf is not None:
         fb.ints(qf, 0, "f")  # min
@@ -376,12 +298,12 @@ def _check_tensor(fb: _Flatbuffer, tf: Sequence[int], n_tensors: int,
         elif details is not None and kind == 2:  # BlockwiseQuantization: tensor indices
             for k in (0, 1):
                 if not -1 <= fb.scalar(details, k, "<i", -1) < n_tensors:
-                    raise _Invalid("its blockwise quantization names a missing tensor")
+                    raise FlatbufferError("its blockwise quantization names a missing tensor")
         dim = fb.scalar(qf, 6, "<i")
         if len(scale) > 1 and not 0 <= dim < max(len(shape), 1):
-            raise _Invalid(f"it is quantized along dimension {dim} of {len(shape)}")
+            raise FlatbufferError(f"it is quantized along dimension {dim} of {len(shape)}")
         if len(scale) > 1 and shape and len(scale) != shape[dim]:
-            raise _Invalid(f"it has {len(scale)} scales for {shape[dim]} channels")
+            raise FlatbufferError(f"it has {len(scale)} scales for {shape[dim]} channels")
     spf = fb.sub(tf, 6)
     if spf is not None:
         fb.ints(spf, 0)  # traversal order

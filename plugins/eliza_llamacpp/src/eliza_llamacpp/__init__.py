@@ -2,8 +2,11 @@
 
 This module stays light: it never imports ``llama_cpp``. The runtime is imported by
 :meth:`LlamaCppFactory.open`: :mod:`eliza_llamacpp.model` loads the weights,
-:mod:`eliza_llamacpp.session` and :mod:`eliza_llamacpp.draft` translate the session and the
-draft model to llama.cpp (both import ``model``, never each other).
+:mod:`eliza_llamacpp.session` translates the session to llama.cpp through a lane
+(:mod:`eliza_llamacpp.lane`: its own context, :mod:`eliza_llamacpp.solo`, or a shared one,
+:mod:`eliza_llamacpp.batch_engine`), and :mod:`eliza_llamacpp.draft` /
+:mod:`eliza_llamacpp.mtp` are the drafters; they import ``model``, ``llama_context`` and
+``lane``, never each other.
 """
 
 from __future__ import annotations
@@ -32,11 +35,6 @@ from eliza_backends.backend import Drafter, find_artifacts
 from .options import LlamaCppOptions
 
 __version__ = "0.1.0"
-
-#: Architectures of an MTP assistant over a target's context (``gemma4-assistant``: Gemma 4's),
-#: each with the target architectures it can run over; a header probe finds them under
-#: text/draft/ without importing llama_cpp.
-MTP_ARCHITECTURES: dict[str, frozenset[str]] = {"gemma4-assistant": frozenset({"gemma4"})}
 
 _LIB_NAMES = {"linux": "libllama.so", "darwin": "libllama.dylib", "win32": "llama.dll"}
 
@@ -78,7 +76,7 @@ class LlamaCppFactory(Factory):
     def open(self, context: InferenceContext, config: StreamConfig) -> Session:
         """A session on its own ``llama_context``, or, when ``context.parallel > 1``, on one
         sequence of a context shared by ``parallel`` sessions and decoded in batched steps
-        (:mod:`eliza_llamacpp.engine`; :class:`SessionBusyError` when all are in use)."""
+        (:mod:`eliza_llamacpp.batch_engine`; :class:`SessionBusyError` when all are in use)."""
         from .model import shared_model
 
         options: LlamaCppOptions = self.parse_options(config)
@@ -98,12 +96,53 @@ class LlamaCppFactory(Factory):
                                    linked=lambda ctx: MtpDrafter(assistant, model, ctx, config,
                                                                  options))
         drafter = self.make_drafter(context, config, model.info)
-        return LlamaCppSession(model, config, SoloLane(model, config, options), context,
-                               drafter)
+        lane = SoloLane(model, config, options)
+        try:
+            media = self._media_feeder(context, config, model, lane)
+        except BaseException:
+            lane.close()
+            raise
+        return LlamaCppSession(model, config, lane, context, drafter, media=media)
+
+    def _media_feeder(self, context: InferenceContext, config: StreamConfig, model: Any,
+                      lane: Any) -> Any:
+        """Images / audio through the bundle's projector (loaded on the first media item), or
+        None when the bundle has none."""
+        import llama_cpp as lc
+
+        from .mtmd import (
+            MediaFeeder,
+            find_projector,
+            processor_image_tokens,
+            projector_kinds,
+            shared_projector,
+        )
+
+        path = find_projector(context.bundle_dir)
+        kinds = frozenset(projector_kinds(context.bundle_dir))
+        if path is None or not kinds:
+            return None
+        placeholders = {}
+        for kind, text in (("image", b"<|image|>"), ("audio", b"<|audio|>")):
+            buf = (lc.llama_token * 4)()
+            if lc.llama_tokenize(model.vocab, text, len(text), buf, 4, False, True) == 1:
+                placeholders[kind] = int(buf[0])
+        options: LlamaCppOptions = self.parse_options(config)
+        budget = options.image_max_tokens or processor_image_tokens(context.bundle_dir)
+        return MediaFeeder(lambda: shared_projector(context, path, model, config.threads,
+                                                    budget),
+                           kinds, placeholders, lc.llama_n_ubatch(lane.ctx))
+
+    def media(self, bundle_dir: str | os.PathLike[str]) -> dict[str, str]:
+        """The kinds the bundle's projector (``text/mmproj/*.gguf``) encodes (a metadata
+        probe); sessions with ``drafter="mtp"`` take none."""
+        from .mtmd import projector_kinds
+
+        return projector_kinds(bundle_dir)
 
     def _open_batched(self, context: InferenceContext, config: StreamConfig,
                       options: LlamaCppOptions, model: Any) -> Session:
-        from .engine import shared_engine
+        from .batch_engine import shared_engine
         from .session import LlamaCppSession
 
         if config.drafter == "mtp":
@@ -114,7 +153,8 @@ class LlamaCppFactory(Factory):
         lane = shared_engine(context, model, config, options).open_lane()
         try:
             drafter = self.make_drafter(context, config, model.info)
-            return LlamaCppSession(model, config, lane, context, drafter)
+            media = self._media_feeder(context, config, model, lane)
+            return LlamaCppSession(model, config, lane, context, drafter, media=media)
         except BaseException:
             lane.close()
             raise
@@ -172,7 +212,7 @@ class LlamaCppFactory(Factory):
         """The GGUFs that are MTP assistants (``mtp``: under ``text/draft/mtp/``, where bundles
         keep them, then ``text/draft/``) or draft models (``text/draft/``), told apart by a
         header probe each; :class:`BundleError` when there are none."""
-        from .gguf_header import gguf_architecture
+        from .gguf_header import MTP_ARCHITECTURES, gguf_architecture
 
         found = find_artifacts(bundle_dir, self.formats, role="draft")
         if mtp:

@@ -15,7 +15,8 @@ import llama_cpp as lc
 from eliza_backends import BackendRuntimeError, StreamConfig
 from eliza_backends.backend import ModelDrafter
 
-from .model import LoadedModel, fill_batch, new_context, one_token_batch
+from .llama_context import fill_batch, new_context, one_token_batch
+from .model import LoadedModel
 from .options import LlamaCppOptions
 
 

@@ -71,6 +71,12 @@ def check_gguf(path: str | os.PathLike[str]) -> GGUFHeader:
     return GGUFHeader(version, n_tensors, n_kv, size)
 
 
+#: Architectures of an MTP assistant over a target's context (``gemma4-assistant``: Gemma 4's),
+#: each with the target architectures it can run over: what llama.cpp's MTP context
+#: (``LLAMA_CONTEXT_TYPE_MTP``) implements. :func:`gguf_architecture` finds them under
+#: text/draft/ without importing llama_cpp.
+MTP_ARCHITECTURES: dict[str, frozenset[str]] = {"gemma4-assistant": frozenset({"gemma4"})}
+
 _STRING = 8  # gguf_type GGUF_TYPE_STRING
 _ARCH_KEY = b"general.architecture"
 
@@ -102,4 +108,4 @@ def gguf_architecture(path: str | os.PathLike[str]) -> str | None:
     return value.decode("ascii", "replace")
 
 
-__all__ = ["GGUFHeader", "check_gguf", "gguf_architecture"]
+__all__ = ["MTP_ARCHITECTURES", "GGUFHeader", "check_gguf", "gguf_architecture"]

@@ -1,36 +1,24 @@
 """llama.cpp weights: loading a GGUF once per inference context, and the facts about it.
 
-The session, its lanes (:mod:`~eliza_llamacpp.solo`, :mod:`~eliza_llamacpp.engine`) and the
-drafters (:mod:`~eliza_llamacpp.draft`, :mod:`~eliza_llamacpp.mtp`) import this module (never
-each other): it owns llama.cpp's process-wide setup (backend init, log routing),
-:func:`load_model` / :func:`shared_model`, the context, batch and sequence-state calls they all
-need, :class:`Lane`, the contract between the session and the sequence it decodes, and
-:class:`TargetLinkedDrafter`, the contract between the session and a drafter that reads the
-session's own context (Gemma 4's MTP assistant).
+Owns llama.cpp's process-wide setup (backend init, log routing), :class:`LoadedModel`,
+:func:`load_model` / :func:`shared_model` / :func:`free_model` and the facts read off loaded
+weights (:func:`architecture`). The contexts, batches and sequence states made on the weights
+are :mod:`eliza_llamacpp.llama_context`'s; the contract between the session and the sequence it
+decodes is :mod:`eliza_llamacpp.lane`'s.
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
-import os
 import threading
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any
 
 import llama_cpp as lc
 
-from eliza_backends import (
-    BackendRuntimeError,
-    BundleError,
-    InferenceContext,
-    ModelInfo,
-    SessionClosedError,
-    StreamConfig,
-)
-from eliza_backends.backend import Drafter, StepScheduler
+from eliza_backends import BundleError, InferenceContext, ModelInfo, SessionClosedError
 
 from . import model_checks, native_guard
 from .gguf_header import check_gguf
@@ -45,9 +33,6 @@ _LOG_LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging
 _last_level = [logging.DEBUG]
 #: Token attributes ``llama_tokenize`` matches in text only when ``parse_special`` is on.
 _PARSED_SPECIAL = lc.LLAMA_TOKEN_ATTR_CONTROL | lc.LLAMA_TOKEN_ATTR_UNKNOWN
-_FLASH_ATTN = {"off": lc.LLAMA_FLASH_ATTN_TYPE_DISABLED, "on": lc.LLAMA_FLASH_ATTN_TYPE_ENABLED,
-               "auto": lc.LLAMA_FLASH_ATTN_TYPE_AUTO}
-_KV_TYPES = {"f16": lc.GGML_TYPE_F16, "f32": lc.GGML_TYPE_F32, "q8_0": lc.GGML_TYPE_Q8_0}
 
 
 @lc.llama_log_callback  # type: ignore[untyped-decorator]
@@ -228,185 +213,6 @@ def shared_model(context: InferenceContext, path: Path, options: LlamaCppOptions
     return context.shared(key, lambda: load_model(path, options), free_model)
 
 
-def default_threads() -> int:
-    """The CPUs this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
-
-
-R = TypeVar("R")
-
-#: Which rows of a batch have outputs (logits, hidden states): every one, the last, none.
-Outputs = Literal["all", "last", "none"]
-
-
-class TargetLinkedDrafter(Drafter, Protocol):
-    """A drafter built on the session's own ``llama_context`` (Gemma 4's MTP assistant reads
-    the target's KV cache and hidden states): the session builds it once its context exists,
-    owns it like any drafter, and reports every decode on that context to it."""
-
-    def target_decoded(self, start: int, tokens: Sequence[int], outputs: Outputs) -> None:
-        """The session's context just decoded ``tokens`` at positions ``start..`` with outputs
-        for ``outputs`` (as :func:`fill_batch` set them). Called right after each successful
-        ``llama_decode`` of the sequence, on the session's thread, before anything else runs on
-        that context (the hidden rows are read here; the next decode overwrites them)."""
-        ...
-
-
-class Lane(Protocol):
-    """One sequence of a ``llama_context``, as a session drives it: its own context
-    (:class:`~eliza_llamacpp.solo.SoloLane`, sequence 0) or one sequence of a context shared by
-    ``parallel`` sessions and decoded in batched steps (:class:`~eliza_llamacpp.engine.
-    SharedLane`). The session's sampling, drafting and bookkeeping are the same on both; only
-    this interface differs. Used on the session's consumer thread."""
-
-    #: The ``llama_context`` whose output rows the ``then`` callbacks read.
-    ctx: Any
-    #: The most tokens a decode with outputs for every token may carry.
-    n_batch: int
-    #: The most drafts one verify should carry (a shared context: the sequence's share of the
-    #: batch, so every sequence's verify fits one step with room for a prefill piece).
-    draft_cap: int
-    #: The step scheduler of a shared context (None: an own context).
-    scheduler: StepScheduler | None
-    #: Positions this sequence may use (the session's context window).
-    n_ctx: int
-    #: True when the sequence shares its context with others (decoded in batched steps).
-    batched: bool
-    #: True when the outputs of the lane's last decode stay readable until its next one
-    #: (its own context); False: only inside the decode's ``then`` callback.
-    keeps_logits: bool
-    #: The session's C-level abort callback, polled inside a long ``llama_decode`` (own
-    #: contexts; a shared one stops a cancelled sequence between steps instead).
-    abort: Any
-    #: A drafter reading this lane's context, told of every decode (own contexts only).
-    linked: TargetLinkedDrafter | None
-
-    def decode(self, tokens: list[int], start: int, outputs: Outputs,
-               then: Callable[[int], R], cancelled: Callable[[], bool]) -> R:
-        """Decode ``tokens`` at positions ``start..`` (``"all"``: at most :attr:`n_batch` of
-        them; otherwise any number, in pieces), then return ``then(last_row)`` run while the
-        outputs are readable; ``last_row`` is the output row of the last token (with
-        ``"all"``, token ``j`` is row ``last_row - len(tokens) + 1 + j``). Raises
-        :class:`~eliza_backends.CancelledError` when ``cancelled()`` turned true before the
-        last piece (positions at ``start..`` may then be held: the caller drops them),
-        :class:`~eliza_backends.BackendRuntimeError` when llama.cpp fails."""
-        ...
-
-    def drop(self, p0: int) -> bool:
-        """Drop the positions ``p0..`` of the sequence (False: llama.cpp cannot)."""
-        ...
-
-    def clear(self) -> None:
-        """Drop every position of the sequence."""
-        ...
-
-    def pos_max(self) -> int:
-        """The last position the sequence holds (-1: none)."""
-        ...
-
-    def save(self) -> bytes:
-        """The sequence's state (``llama_state_seq_get_data``); b"" when llama.cpp fails."""
-        ...
-
-    def load(self, state: bytes, tokens: Sequence[int]) -> bool:
-        """Replace the sequence by a saved state holding ``tokens``; False when llama.cpp
-        refuses it (the sequence is then empty)."""
-        ...
-
-    def idle(self) -> None:
-        """The sequence's stream ended: it will not ask for a decode soon."""
-        ...
-
-    def batch_cost(self, token: int, n_kv: int, max_n: int) -> list[float] | None:
-        """The seconds of one decode of n = 1..max_n tokens after position ``n_kv`` (see
-        :meth:`eliza_backends.Session._batch_cost`); None where it cannot be measured alone
-        (a shared context)."""
-        ...
-
-    def close(self) -> None:
-        """Free what the lane owns (idempotent)."""
-        ...
-
-
-def new_context(model: LoadedModel, config: StreamConfig, what: str, *,
-                n_ubatch: int | None = None,
-                flash_attention: Literal["off", "on", "auto"],
-                kv_cache_type: Literal["f16", "f32", "q8_0"],
-                mtp_target: Any = None, n_seq: int = 1) -> Any:
-    """A ``llama_context`` on ``model`` for ``n_seq`` sequences of ``config.context_size``
-    positions each, with ``n_ubatch`` (default: the batch size), flash attention and the KV
-    cache's element type (no defaults here: :class:`LlamaCppOptions` holds them); ``what``
-    names it in the error message. ``n_seq > 1``: one unified KV cache of ``n_seq *
-    context_size`` cells that the sequences share (a copied prefix costs no cells; see
-    :mod:`eliza_llamacpp.engine`). ``mtp_target``: a target's ``llama_context``; the context
-    is then an MTP one (``LLAMA_CONTEXT_TYPE_MTP``) over it, one token and one output per
-    decode (Gemma 4's assistant: its attention reads that context's KV cache, so the flash
-    attention setting and cache type must be the target's)."""
-    threads = config.threads or default_threads()
-    params = lc.llama_context_default_params()
-    params.n_ctx = config.context_size * n_seq
-    params.n_batch = config.batch_size
-    params.n_ubatch = min(n_ubatch or config.batch_size, config.batch_size)
-    if mtp_target is not None:
-        params.ctx_type = lc.LLAMA_CONTEXT_TYPE_MTP
-        params.ctx_other = mtp_target
-        params.n_batch = params.n_ubatch = params.n_outputs_max = 1
-    params.n_seq_max = n_seq
-    params.kv_unified = n_seq > 1
-    params.n_threads = params.n_threads_batch = threads
-    params.no_perf = True
-    params.flash_attn_type = _FLASH_ATTN[flash_attention]
-    params.type_k = params.type_v = _KV_TYPES[kv_cache_type]
-    ctx = model_checks.new_context(model.ptr, params, model.path)
-    if not ctx:
-        raise BackendRuntimeError(
-            f"llama.cpp could not create {what} of {config.context_size * n_seq} tokens; lower "
-            "context_size or batch_size" + (" or parallel" if n_seq > 1 else ""))
-    return ctx
-
-
-def one_token_batch() -> Any:
-    """A ``llama_batch`` for one token of sequence 0 with its logits (set token and pos)."""
-    one = lc.llama_batch_init(1, 0, 1)
-    one.n_tokens = 1
-    one.n_seq_id[0] = 1
-    one.seq_id[0][0] = 0
-    one.logits[0] = 1
-    return one
-
-
-def fill_batch(batch: Any, tokens: list[int], start: int, outputs: Outputs) -> None:
-    """Put ``tokens`` at positions ``start..`` of sequence 0 into ``batch``, with logits for
-    ``outputs``: every position, the last one, or none."""
-    every = outputs == "all"
-    for i, tok in enumerate(tokens):
-        batch.token[i] = tok
-        batch.pos[i] = start + i
-        batch.n_seq_id[i] = 1
-        batch.seq_id[i][0] = 0
-        batch.logits[i] = every
-    if outputs == "last":
-        batch.logits[len(tokens) - 1] = 1
-    batch.n_tokens = len(tokens)
-
-
-def save_seq(ctx: Any, seq: int) -> bytes:
-    """Sequence ``seq``'s state in ``ctx`` (b"" when llama.cpp writes nothing)."""
-    size = lc.llama_state_seq_get_size(ctx, seq)
-    buf = (ctypes.c_uint8 * size)()
-    written = lc.llama_state_seq_get_data(ctx, buf, size, seq)
-    return bytes(buf[:written])
-
-
-def load_seq(ctx: Any, seq: int, state: bytes) -> bool:
-    """Load a saved sequence state into sequence ``seq`` of ``ctx`` (which must be empty)."""
-    buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
-    return bool(lc.llama_state_seq_set_data(ctx, buf, len(state), seq))
-
-
 def architecture(model: LoadedModel) -> str:
     """The loaded model's ``general.architecture`` ("" when it has none)."""
     buf = ctypes.create_string_buffer(64)
@@ -414,6 +220,5 @@ def architecture(model: LoadedModel) -> str:
     return buf.value.decode("utf-8", "replace") if n >= 0 else ""
 
 
-__all__ = ["RUNTIME", "Lane", "LoadedModel", "Outputs", "TargetLinkedDrafter", "architecture",
-           "default_threads", "fill_batch", "free_model", "load_model", "load_seq",
-           "new_context", "one_token_batch", "save_seq", "shared_model", "use_extra_buffers"]
+__all__ = ["RUNTIME", "LoadedModel", "architecture", "free_model", "load_model", "shared_model",
+           "use_extra_buffers"]

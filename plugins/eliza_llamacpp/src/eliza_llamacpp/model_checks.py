@@ -1,4 +1,4 @@
-"""What :func:`eliza_llamacpp.session.load_model` checks on a freshly loaded model, and the
+"""What :func:`eliza_llamacpp.model.load_model` checks on a freshly loaded model, and the
 vocabulary facts it reads, all in O(metadata keys) native calls (never one per vocabulary
 entry: Gemma 3 has 262,144).
 

@@ -29,15 +29,16 @@ import numpy as np
 
 from eliza_backends import BackendRuntimeError, BundleError, StreamConfig
 
-from . import MTP_ARCHITECTURES
-from .model import LoadedModel, Outputs, architecture, new_context
+from .gguf_header import MTP_ARCHITECTURES
+from .llama_context import Outputs, new_context
+from .model import LoadedModel, architecture
 from .options import LlamaCppOptions
 
 
 class MtpDrafter:
     """Greedy drafts from Gemma 4's assistant over the session's target context. Owned by the
     session (built by it once its context exists; see
-    :class:`~eliza_llamacpp.model.TargetLinkedDrafter`); used on its consumer thread."""
+    :class:`~eliza_llamacpp.lane.TargetLinkedDrafter`); used on its consumer thread."""
 
     def __init__(self, assistant: LoadedModel, target: LoadedModel, target_ctx: Any,
                  config: StreamConfig, options: LlamaCppOptions) -> None:

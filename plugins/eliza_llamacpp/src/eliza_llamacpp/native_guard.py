@@ -25,7 +25,7 @@ good load costs: one thread start, about 0.1 ms.
 
 Not contained: faults (SIGSEGV, SIGFPE) and aborts on threads this module did not start, e.g.
 ggml's compute threads during ``llama_decode``. Values that only fail there are validated
-before the first decode (:func:`eliza_llamacpp.gguf_header.check_model_values`).
+before the first decode (:mod:`eliza_llamacpp.model_checks`).
 
 Threads: :func:`contained` may be called from any thread; each call gets its own worker.
 """

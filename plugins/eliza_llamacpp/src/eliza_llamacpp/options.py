@@ -32,6 +32,12 @@ class LlamaCppOptions(BaseModel):
         "the memory; what MLX and LiteRT keep, so an f32 GGUF's logprobs then agree with theirs "
         "to ~1e-4 instead of ~1e-2), or q8_0 (half of f16; needs flash_attention on or auto, "
         "as llama.cpp quantizes the V cache only with it).")
+    image_max_tokens: int | None = Field(
+        None, ge=1, description="The most embeddings an image may take (libmtmd's "
+        "image_max_tokens: a larger image is scaled down to fit). Default: the model's own "
+        "processor's max_soft_tokens where the bundle has one (a processor_config.json in a "
+        "folder under text/: Gemma 4's, so images are sized as transformers sizes them), else "
+        "llama.cpp's default for the projector.")
     extra_buffers: bool | None = Field(
         None, description="llama.cpp's extra CPU buffer types (AMX / repacked weights). Default: "
         "on, except on CPUs with AMX, where llama-cpp-python 0.3.36's AMX matmul segfaults on "

@@ -1,10 +1,10 @@
 """The llama.cpp session on llama-cpp-python's low-level API.
 
 A session drives one sequence of a ``llama_context`` through a
-:class:`~eliza_llamacpp.model.Lane`: its own context (:class:`~eliza_llamacpp.solo.SoloLane`,
+:class:`~eliza_llamacpp.lane.Lane`: its own context (:class:`~eliza_llamacpp.solo.SoloLane`,
 sequence 0) or, on an :class:`InferenceContext` with ``parallel > 1``, one sequence of a
 context shared with other sessions and decoded in batched steps
-(:class:`~eliza_llamacpp.engine.SharedLane`). One sampler chain built from the
+(:class:`~eliza_llamacpp.batch_engine.SharedLane`). One sampler chain built from the
 :class:`StreamConfig` per session, and the weights shared through the context
 (:mod:`eliza_llamacpp.model`). Everything here (sampling, stop tokens, the logits hook,
 drafting) is the same on both lanes: it runs in the decode's ``then`` callback, on the rows of
@@ -50,13 +50,17 @@ from eliza_backends import (
 from eliza_backends.backend import (
     Drafter,
     KVCursor,
+    MediaItem,
+    MediaTokens,
     Sampler,
     StepScheduler,
     accept_greedy,
     accept_sampled,
 )
 
-from .model import Lane, LoadedModel, TargetLinkedDrafter
+from .lane import Lane, TargetLinkedDrafter
+from .model import LoadedModel
+from .mtmd import MediaFeeder
 
 #: ``llama_token_data`` as a numpy record (id, logit, p), for sampling a saved logits row.
 _TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
@@ -69,13 +73,16 @@ class LlamaCppSession(Session):
 
     def __init__(self, model: LoadedModel, config: StreamConfig, lane: Lane,
                  context: InferenceContext | None, drafter: Drafter | None = None, *,
-                 linked: Callable[[Any], TargetLinkedDrafter] | None = None) -> None:
+                 linked: Callable[[Any], TargetLinkedDrafter] | None = None,
+                 media: MediaFeeder | None = None) -> None:
         """``lane``: the sequence the session decodes, its own context or one sequence of a
         shared one (the session owns it from here: it closes it). ``drafter``: a drafter of
         its own (n-gram, draft model); ``linked``: builds one on this session's
         ``llama_context`` instead (the MTP assistant; own contexts only), told of every
-        decode."""
+        decode. ``media``: images / audio through the bundle's projector (not with a linked
+        drafter, which would not see the media's positions)."""
         self._model = model
+        self._media = media if linked is None else None
         # speculative rounds with sampling or a repeat penalty go through the core's numpy
         # sampler (the standard acceptance rule needs the target's probabilities)
         self._spec_sampler = Sampler(config) if (drafter or linked) is not None and not (
@@ -113,7 +120,8 @@ class LlamaCppSession(Session):
             "none", "ngram", "model", "mtp"}
         return Capabilities(token_input=True, prefix_reuse=True, slots=True,
                             cancel_prefill=True, sampling=True, drafters=frozenset(drafters),
-                            logits=True, batched=self._batched)
+                            logits=True, batched=self._batched,
+                            media=self._media.kinds if self._media is not None else frozenset())
 
     @property
     def scheduler(self) -> StepScheduler | None:
@@ -157,13 +165,35 @@ class LlamaCppSession(Session):
             self._saved = lane.decode(tokens, start, "last", self._keep_row,
                                       self._cancel_requested)
         except BaseException as exc:
-            with contextlib.suppress(SessionClosedError):
-                lane.drop(start)
-            kv.n_kv = start
-            self._stopped(exc)
+            self._undo_decode(start, exc)
             raise
         kv.n_kv = start + len(tokens)
         kv.pending = []
+
+    def _undo_decode(self, start: int, exc: BaseException) -> None:
+        """After a prefill decode at ``start`` failed: drop what it may have written, put the
+        cursor back, and make a lane's CancelledError the session's own."""
+        with contextlib.suppress(SessionClosedError):
+            self._lane.drop(start)
+        self._cursor.n_kv = start
+        self._stopped(exc)
+
+    def _media_tokens(self, item: MediaItem) -> MediaTokens:
+        assert self._media is not None  # (the core checked capabilities.media)
+        return self._media.tokens(item)
+
+    def _prefill_media(self, item: MediaItem, tokens: MediaTokens) -> None:
+        kv, lane = self._cursor, self._lane
+        assert self._media is not None
+        if kv.pending:  # the last sampled token goes in first
+            self._prefill([])
+        start = kv.n_kv
+        self._saved = None
+        try:
+            kv.n_kv = self._media.decode(lane, item, tokens, start, self._cancel_requested)
+        except BaseException as exc:
+            self._undo_decode(start, exc)
+            raise
 
     def _keep_row(self, last_row: int) -> np.ndarray | None:
         """A prefill's ``then``: a copy of its last logits row where the next step overwrites

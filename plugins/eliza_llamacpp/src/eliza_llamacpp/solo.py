@@ -1,10 +1,10 @@
 """A session's own ``llama_context``: one sequence (0), decoded on the session's thread.
 
-The :class:`~eliza_llamacpp.model.Lane` of a session opened with ``parallel=1`` (or by a backend
+The :class:`~eliza_llamacpp.lane.Lane` of a session opened with ``parallel=1`` (or by a backend
 call outside a batched context). Prefills go in pieces of the context's batch size with
 llama.cpp's abort callback installed (a cancel stops a running ``llama_decode`` within
 milliseconds); a one-token decode uses a preallocated one-token batch. A drafter that reads this
-context (Gemma 4's MTP assistant: :class:`~eliza_llamacpp.model.TargetLinkedDrafter`) is told of
+context (Gemma 4's MTP assistant: :class:`~eliza_llamacpp.lane.TargetLinkedDrafter`) is told of
 every decode.
 """
 
@@ -19,16 +19,9 @@ import llama_cpp as lc
 from eliza_backends import BackendRuntimeError, CancelledError, StreamConfig
 from eliza_backends.backend import StepScheduler
 
-from .model import (
-    LoadedModel,
-    Outputs,
-    TargetLinkedDrafter,
-    fill_batch,
-    load_seq,
-    new_context,
-    one_token_batch,
-    save_seq,
-)
+from .lane import TargetLinkedDrafter
+from .llama_context import Outputs, fill_batch, load_seq, new_context, one_token_batch, save_seq
+from .model import LoadedModel
 from .options import LlamaCppOptions
 
 R = TypeVar("R")
@@ -71,7 +64,7 @@ class SoloLane:
 
     def decode(self, tokens: list[int], start: int, outputs: Outputs,
                then: Callable[[int], R], cancelled: Callable[[], bool]) -> R:
-        """See :meth:`eliza_llamacpp.model.Lane.decode`."""
+        """See :meth:`eliza_llamacpp.lane.Lane.decode`."""
         ctx, linked = self.ctx, self.linked
         if len(tokens) == 1 and outputs != "none":  # the hot path: the sampled token
             one = self._one
@@ -115,24 +108,35 @@ class SoloLane:
             if self.abort is not None:
                 lc.llama_set_abort_callback(ctx, lc.ggml_abort_callback(), None)
 
+    def media(self, start: int, run: Callable[[Any, int, int], int], mark: int) -> int:
+        """See :meth:`eliza_llamacpp.lane.Lane.media` (cancellable inside ``llama_decode``)."""
+        ctx = self.ctx
+        if self.abort is not None:
+            lc.llama_set_abort_callback(ctx, self.abort, None)
+        try:
+            return run(ctx, 0, start)
+        finally:
+            if self.abort is not None:
+                lc.llama_set_abort_callback(ctx, lc.ggml_abort_callback(), None)
+
     def drop(self, p0: int) -> bool:
-        """See :meth:`eliza_llamacpp.model.Lane.drop`."""
+        """See :meth:`eliza_llamacpp.lane.Lane.drop`."""
         return bool(lc.llama_memory_seq_rm(self.mem, 0, p0, -1))
 
     def clear(self) -> None:
-        """See :meth:`eliza_llamacpp.model.Lane.clear`."""
+        """See :meth:`eliza_llamacpp.lane.Lane.clear`."""
         lc.llama_memory_clear(self.mem, True)
 
     def pos_max(self) -> int:
-        """See :meth:`eliza_llamacpp.model.Lane.pos_max`."""
+        """See :meth:`eliza_llamacpp.lane.Lane.pos_max`."""
         return int(lc.llama_memory_seq_pos_max(self.mem, 0))
 
     def save(self) -> bytes:
-        """See :meth:`eliza_llamacpp.model.Lane.save`."""
+        """See :meth:`eliza_llamacpp.lane.Lane.save`."""
         return save_seq(self.ctx, 0)
 
     def load(self, state: bytes, tokens: Sequence[int]) -> bool:
-        """See :meth:`eliza_llamacpp.model.Lane.load`."""
+        """See :meth:`eliza_llamacpp.lane.Lane.load`."""
         self.clear()
         return load_seq(self.ctx, 0, state)
 

@@ -5,8 +5,8 @@ and the Linux CPU/CUDA builds of mlx), and ``text/*.mlpackage`` / ``text/*.mlmod
 coremltools on macOS 15+.
 
 This module stays light: it never imports mlx, mlx-lm or coremltools. :meth:`MLXFactory.open`
-imports them: :mod:`eliza_mlx.model` loads MLX weights, :mod:`eliza_mlx.mlx_session` and
-:mod:`eliza_mlx.mlx_draft` translate the session and the draft model to mlx-lm (both import
+imports them: :mod:`eliza_mlx.model` loads MLX weights, :mod:`eliza_mlx.session` and
+:mod:`eliza_mlx.draft` translate the session and the draft model to mlx-lm (both import
 ``model``, never each other), :mod:`eliza_mlx.coreml_session` serves Core ML. On an
 ``InferenceContext(parallel > 1)``, :mod:`eliza_mlx.batched_session` sessions share one batched
 forward per step through :mod:`eliza_mlx.batch_engine` (``capabilities.batched``).
@@ -14,6 +14,7 @@ forward per step through :mod:`eliza_mlx.batch_engine` (``capabilities.batched``
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -110,6 +111,19 @@ class MLXFactory(Factory):
             kind = None
         return f"{where} (model_type {kind})" if isinstance(kind, str) else where
 
+    def media(self, bundle_dir: str | os.PathLike[str]) -> dict[str, str]:
+        """The kinds a multimodal Gemma 4 MLX folder's towers take (its config.json), through
+        mlx-vlm when it is installed; none otherwise (no load, nothing imported)."""
+        from .probe import multimodal_kinds
+
+        folders = find_artifacts(bundle_dir, MLX_FORMATS)
+        if not folders or importlib.util.find_spec("mlx_vlm") is None:
+            return {}
+        where = folders[0].relative_to(bundle_dir).as_posix()
+        tower = {"image": "vision tower", "audio": "audio tower"}
+        return {kind: f"{where} {tower[kind]} (mlx-vlm)"
+                for kind in sorted(multimodal_kinds(folders[0]))}
+
     def cannot_serve_reason(self, bundle_dir: str | os.PathLike[str]) -> str:
         coreml = coreml_status()
         if find_artifacts(bundle_dir, COREML_FORMATS) and not coreml.ok:
@@ -154,8 +168,8 @@ class MLXFactory(Factory):
         if engine in ("auto", "mlx"):
             if mlx.ok and find_artifacts(bundle, MLX_FORMATS):
                 _import_mlx_modules()
-                from .mlx_session import MLXSession
                 from .model import shared_weights
+                from .session import MLXSession
 
                 path = self.artifact(bundle, name=options.artifact, formats=MLX_FORMATS)
                 loaded = shared_weights(context, path)
@@ -190,7 +204,7 @@ class MLXFactory(Factory):
                          target: ModelInfo) -> Drafter:
         """An MLX folder from ``text/draft/`` (or ``draft_model``) with its own prompt cache."""
         _import_mlx_modules()
-        from .mlx_draft import MLXDraftModel
+        from .draft import MLXDraftModel
         from .model import shared_weights
 
         path = self.draft_artifact(context.bundle_dir, config, formats=MLX_FORMATS)
@@ -256,7 +270,7 @@ def _import_mlx_modules() -> None:
     must not end before the process does."""
     from .mlx_thread import MLX_THREAD
 
-    if "eliza_mlx.mlx_draft" not in sys.modules:
+    if "eliza_mlx.draft" not in sys.modules:
         MLX_THREAD.run(_import_on_mlx_thread)
 
 
@@ -264,8 +278,8 @@ def _import_on_mlx_thread() -> None:
     from . import (  # noqa: F401  (imported for their mlx calls)
         batch_engine,
         batched_session,
-        mlx_draft,
-        mlx_session,
+        draft,
+        session,
     )
 
 

@@ -34,16 +34,17 @@ from eliza_backends.backend import Sampler
 
 from .batch_engine import BatchEngine
 from .model import LoadedMLX
+from .session_hooks import TokenizerHooks, cut_lazy_cache
 
 
-class BatchedMLXSession(Session):
+class BatchedMLXSession(TokenizerHooks, Session):
     """One sequence of a batched MLX context (a row of its :class:`BatchEngine`)."""
 
     backend_name = "mlx-coreml"
 
     def __init__(self, loaded: LoadedMLX, config: StreamConfig, context: InferenceContext,
                  engine: BatchEngine) -> None:
-        self._loaded = loaded
+        self._tokenizer = loaded.tokenizer
         self._engine = engine
         self._row = engine.open_row()
         self._sampler = Sampler(config)
@@ -125,26 +126,18 @@ class BatchedMLXSession(Session):
         self._engine.idle(row)
         if row.stale:
             return False
-        drop = row.n_kv - n_keep
-        if drop > 0:
-            self._engine.trim(row, drop)
-            self._pending = None
-        elif drop == 0:
-            self._pending = None
-        elif drop == -1:  # the one history token the cache lacks is fed with the next prefill
-            self._pending = self._sequence[n_keep - 1]
-        else:
+
+        def trim(k: int) -> bool:
+            self._engine.trim(row, k)
+            return True
+
+        done, pending = cut_lazy_cache(row.n_kv, n_keep, self._sequence, trim)
+        if not done:
             return False
+        self._pending = pending
         self._logits = None
         self._sampler.reset()
         return True
-
-    def _token_bytes(self, token_id: int) -> bytes:
-        return self._loaded.tokenizer.piece(token_id)
-
-    def _tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
-        return self._loaded.tokenizer.encode(text, add_special=add_special,
-                                             parse_special=parse_special)
 
     def _close(self) -> None:
         self._engine.idle(self._row)

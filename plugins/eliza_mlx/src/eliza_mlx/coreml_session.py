@@ -51,6 +51,7 @@ from eliza_backends.backend import (
 )
 
 from .options import MLXOptions
+from .session_hooks import TokenizerHooks
 
 _UNITS = {"all": "ALL", "cpu_only": "CPU_ONLY", "cpu_and_gpu": "CPU_AND_GPU",
           "cpu_and_ne": "CPU_AND_NE"}
@@ -137,7 +138,7 @@ def open_session(context: InferenceContext, config: StreamConfig, options: MLXOp
     return CoreMLSession(model, tokenizer, info, layout, config, context)
 
 
-class CoreMLSession(Session):
+class CoreMLSession(TokenizerHooks, Session):
     """One Core ML generation (stateful: ``make_state()`` per session)."""
 
     backend_name = "mlx-coreml"
@@ -145,7 +146,7 @@ class CoreMLSession(Session):
     def __init__(self, model: Any, tokenizer: Tokenizer, info: ModelInfo, layout: Layout,
                  config: StreamConfig, context: InferenceContext | None) -> None:
         self._model = model
-        self._tok = tokenizer
+        self._tokenizer = tokenizer
         self._layout = layout
         self._state = model.make_state() if layout.stateful else None
         self._n_kv = 0
@@ -225,12 +226,6 @@ class CoreMLSession(Session):
         self._logits = None
         self._sampler.reset()
         return True
-
-    def _token_bytes(self, token_id: int) -> bytes:
-        return self._tok.piece(token_id)
-
-    def _tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
-        return self._tok.encode(text, add_special=add_special, parse_special=parse_special)
 
     def _close(self) -> None:
         self._state = None

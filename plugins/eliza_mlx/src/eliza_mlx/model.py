@@ -1,7 +1,7 @@
 """MLX weights: an MLX folder validated and loaded with mlx-lm once per inference context.
 
-Both the session (:mod:`eliza_mlx.mlx_session`) and the draft-model drafter
-(:mod:`eliza_mlx.mlx_draft`) import this module, never each other: it owns the loading, the
+Both the session (:mod:`eliza_mlx.session`) and the draft-model drafter
+(:mod:`eliza_mlx.draft`) import this module, never each other: it owns the loading, the
 facts about the model (:class:`~eliza_backends.ModelInfo`, from the folder's Hugging Face files
 through :func:`~eliza_backends.prompt.tokenizer.tokenizer_facts`), the compute stream and the cache
 trim both use.
@@ -29,6 +29,10 @@ RUNTIME = (f"mlx {importlib.metadata.version('mlx')} / "
            f"mlx-lm {importlib.metadata.version('mlx-lm')}")
 #: Compute runs on its own stream per thread, as in mlx-lm's generate_step.
 COMPUTE_STREAM = mx.new_thread_local_stream(mx.default_device())
+#: The mlx-lm model types whose code multiplies the embeddings by ``sqrt(hidden_size)`` rounded
+#: to bfloat16 whatever the weights' dtype (``mlx_lm/models/gemma3_text.py``; ``gemma3`` wraps
+#: it): a fact of mlx-lm's code, fixed by :func:`scale_embeddings_in_weight_dtype`.
+BFLOAT16_EMBEDDING_SCALE = frozenset({"gemma3_text", "gemma3"})
 
 
 @dataclass
@@ -41,14 +45,34 @@ class LoadedMLX:
     info: ModelInfo
 
 
+def _load_model(folder: MLXFolder, tokenizer: HFTokenizer) -> Any:
+    """mlx-lm's model, or for a multimodal Gemma 4 folder mlx-vlm's (:mod:`.vlm`), wrapped to
+    be called the same way."""
+    from .vlm import MARKERS, load_vlm, multimodal_kinds
+
+    kinds = multimodal_kinds(folder.path)
+    if not kinds:
+        model, _config = load_model(folder.path)
+        return model
+    ids = {text: tokenizer.token_id(text) for kind in kinds for text in MARKERS[kind]}
+    missing = [text for text, i in ids.items() if i is None]
+    if missing:
+        raise BundleError(f"{folder.path}: config.json has media towers but tokenizer.json "
+                          f"lacks the tokens {missing}")
+    return load_vlm(folder.path, {k: int(v) for k, v in ids.items() if v is not None})
+
+
 @on_mlx_thread
 def load_weights(folder: MLXFolder) -> LoadedMLX:
-    """Load an already validated MLX folder with mlx-lm (errors become :class:`BundleError`)."""
+    """Load an already validated MLX folder with mlx-lm, or mlx-vlm for a multimodal one
+    (errors become :class:`BundleError`)."""
     tokenizer = HFTokenizer.from_file(folder.path / "tokenizer.json")
     try:
-        model, _config = load_model(folder.path)
+        model = _load_model(folder, tokenizer)
+    except BundleError:
+        raise
     except Exception as exc:
-        raise BundleError(f"mlx-lm could not load {folder.path}: {type(exc).__name__}: {exc} "
+        raise BundleError(f"mlx could not load {folder.path}: {type(exc).__name__}: {exc} "
                           "(unsupported architecture, or weights that do not match config.json)"
                           ) from None
     scale_embeddings_in_weight_dtype(model)
@@ -85,7 +109,7 @@ def scale_embeddings_in_weight_dtype(model: Any) -> bool:
     float32 bundle moved every logprob by up to 3e-2 against llama.cpp, LiteRT and transformers
     on the same weights (issue 19; with this, MLX and LiteRT agree to 6e-5). Changes nothing for
     bfloat16 weights or other architectures. True when the model was changed."""
-    if getattr(model, "model_type", None) not in ("gemma3_text", "gemma3"):
+    if getattr(model, "model_type", None) not in BFLOAT16_EMBEDDING_SCALE:
         return False
     text = getattr(model, "language_model", model)  # gemma3 wraps a gemma3_text model
     inner = getattr(text, "model", None)
@@ -117,5 +141,5 @@ def trim(cache: list[Any], n: int) -> int:
     return int(cast(Any, trim_prompt_cache(cache, n)))
 
 
-__all__ = ["COMPUTE_STREAM", "RUNTIME", "LoadedMLX", "load_weights",
+__all__ = ["BFLOAT16_EMBEDDING_SCALE", "COMPUTE_STREAM", "RUNTIME", "LoadedMLX", "load_weights",
            "scale_embeddings_in_weight_dtype", "shared_weights", "trim"]

@@ -252,4 +252,18 @@ def check_mlx_folder(path: Path) -> MLXFolder:
                      weight_files=weights)
 
 
-__all__ = ["MLXFolder", "RuntimeStatus", "check_mlx_folder", "coreml_status", "mlx_status"]
+
+def multimodal_kinds(folder: Path) -> frozenset[str]:
+    """The media kinds a Gemma 4 MLX folder's config.json carries towers for (no load)."""
+    try:
+        cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return frozenset()
+    if cfg.get("model_type") != "gemma4":
+        return frozenset()
+    return frozenset(k for k, key in (("image", "vision_config"), ("audio", "audio_config"))
+                     if isinstance(cfg.get(key), dict))
+
+
+__all__ = ["MLXFolder", "RuntimeStatus", "check_mlx_folder", "coreml_status", "mlx_status",
+           "multimodal_kinds"]

@@ -30,9 +30,18 @@ Float32 stage (the ``hf`` stage every format is made from)
     tensor by tensor through ``to_gguf_tensor`` / ``to_hf_tensor(facts, name, float32 array)
     -> (name, float32 array)`` (from ``layer_names``, ``hf_layout`` / ``gguf_layout``) and
     ``hf_config(facts) -> dict`` (``config.json``); ``gguf_rope_dimension_count`` (bool);
-    ``code_modules``: the convert/ modules (paths without ``.py``) whose code keys the stage.
+    ``code_modules``: the convert/ modules (paths without ``.py``) whose code keys the stage;
+    ``projector_runs(config) -> ((file name, extra script arguments), ...)``: multimodal
+    projectors llama.cpp's converter also writes from the source folder in that stage, placed
+    under ``text/mmproj/`` (manifest role ``mmproj``; Gemma 4 with towers: ``--mmproj``).
 MLX
-    ``mlx_expected(facts, hf_dir) -> {ModelArgs field: value}`` mlx-lm must read back.
+    ``mlx_expected(facts, hf_dir) -> {ModelArgs field: value}`` mlx-lm must read back;
+    ``mlx_vlm_text_fields(config) -> dict | None``: for a multimodal source, the MLX folder is
+    ``mlx_vlm convert`` of the source folder itself with these ``text_config`` fields written
+    out (None: mlx-lm's, from the float32 text folder).
+Media
+    ``media_kinds(config) -> ("image", "audio")``: what ``--verify`` also checks with an image
+    / audio prompt (:mod:`..verify_media`).
 LiteRT
     ``litert_source(hf_dir, out) -> Path`` the folder litert-torch's ``export_hf`` converts
     (``hf_dir`` itself, or a variant written at ``out``); ``litert_flags`` (extra export
@@ -45,11 +54,9 @@ Drafts
     ``check_draft(folder, config, facts) -> config`` for a folder of ``draft_model_types``.
 
 Each ``model_type`` and each architecture belongs to one family (checked by
-tests/test_convert.py). Room for the next families: Gemma 4 multimodal takes the ``gemma4``
-``model_type`` over from the text family (its towers as a second llama.cpp run with
-``--mmproj``; its own ``litert_source`` / flags), Gemma 4 Unified is one more module. Not in
-the contract yet (the next step adds it): placing extra GGUFs (the pipeline places only
-``model-f32.gguf``), an mlx-vlm folder instead of mlx-lm's, a multimodal ``.litertlm``.
+tests/test_convert.py). Gemma 4 with towers is the ``gemma4`` family's (a projector run and
+an mlx-vlm folder, above); Gemma 4 Unified is one more module. Not in the contract yet: a
+multimodal ``.litertlm`` (litert-torch 0.10 exports one only at E2B's tower widths).
 
 Adapters are stateless singletons (safe from any thread); they import heavy tools (torch,
 mlx-lm) inside the methods that need them, so importing this package stays cheap. An adapter

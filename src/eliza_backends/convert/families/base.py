@@ -139,6 +139,17 @@ class ModelFamily:
         model (``model-f32.gguf``)."""
         return (("model-f32.gguf", ()),)
 
+    def media_kinds(self, config: dict[str, Any]) -> tuple[str, ...]:
+        """The media (``"image"``, ``"audio"``) a source folder with ``config`` takes, which
+        ``--verify`` checks with an image / audio prompt; none here."""
+        return ()
+
+    def projector_runs(self, config: dict[str, Any]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """(file name in the ``hf`` stage, extra ``convert_hf_to_gguf.py`` arguments) of each
+        multimodal projector GGUF llama.cpp's converter writes from a source folder with
+        ``config`` (placed under ``text/mmproj/``, manifest role ``mmproj``); none here."""
+        return ()
+
     def to_hf_tensor(self, facts: ModelFacts, gguf_tensor: str, array: Any) -> tuple[str, Any]:
         """(Hugging Face key, HF-layout float32 array) of one dequantized GGUF tensor."""
         key = hf_name(self.layer_names, facts.architecture, gguf_tensor)
@@ -174,6 +185,13 @@ class ModelFamily:
         ``hf_dir`` (checked by :func:`..mlx_out.check_config`)."""
         cfg = self.hf_config(facts)
         return {k: cfg[k] for k in _MLX_KEYS if k in cfg}
+
+    def mlx_vlm_text_fields(self, config: dict[str, Any]) -> dict[str, Any] | None:
+        """For a source folder with ``config`` whose MLX folder is mlx-vlm's (a multimodal
+        model: made from the source folder itself, towers and processor included), the
+        ``text_config`` fields written explicitly into it; None (here): mlx-lm's folder, made
+        from the float32 text folder."""
+        return None
 
     def litert_source(self, hf_dir: Path, out: Path) -> Path:
         """The folder litert-torch's ``export_hf`` converts: ``hf_dir`` itself here; a family

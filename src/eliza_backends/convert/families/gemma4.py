@@ -262,9 +262,23 @@ def litert_source(hf_dir: Path, out: Path) -> Path:
     return out
 
 
+#: the text_config fields mlx-vlm 0.7.10 reads with a wrong default when absent
+#: (global_head_dim: 512) written into a multimodal MLX folder
+MLX_VLM_TEXT_FIELDS = ("global_head_dim", "use_double_wide_mlp")
+
+
+def media_towers(config: dict[str, Any]) -> tuple[str, ...]:
+    """The media towers (``vision_config``, ``audio_config``) of a Gemma4ForConditionalGeneration
+    ``config.json``; () for a text-only one."""
+    return tuple(k for k in ("vision_config", "audio_config")
+                 if isinstance(config.get(k), dict))
+
+
 class Gemma4(ModelFamily):
     """``gemma4``: the text model of a Gemma 4 target, GGUF by llama.cpp's converter (see the
-    module docstring); a ``gemma4_assistant`` folder drafts for it (``--draft``)."""
+    module docstring); a ``gemma4_assistant`` folder drafts for it (``--draft``). A
+    ``Gemma4ForConditionalGeneration`` with vision / audio towers also gets llama.cpp's
+    projector (``--mmproj``: gemma4v + gemma4a) and mlx-vlm's MLX folder."""
 
     architecture = "gemma4"
     model_types = tuple(TARGET_TYPES)
@@ -284,8 +298,21 @@ class Gemma4(ModelFamily):
     def write_float32_folder(self, source: HFFolder, out: Path) -> None:
         write_text_folder(source, out)
 
+    def media_kinds(self, config: dict[str, Any]) -> tuple[str, ...]:
+        kind = {"vision_config": "image", "audio_config": "audio"}
+        return tuple(kind[t] for t in media_towers(config))
+
+    def projector_runs(self, config: dict[str, Any]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        return (("mmproj-f32.gguf", ("--mmproj",)),) if media_towers(config) else ()
+
     def mlx_expected(self, facts: ModelFacts, hf_dir: Path) -> dict[str, Any]:
         return mlx_expected(hf_dir)
+
+    def mlx_vlm_text_fields(self, config: dict[str, Any]) -> dict[str, Any] | None:
+        if not media_towers(config):
+            return None
+        text = text_config(config)
+        return {k: text[k] for k in MLX_VLM_TEXT_FIELDS if k in text}
 
     def litert_source(self, hf_dir: Path, out: Path) -> Path:
         return litert_source(hf_dir, out)
@@ -303,6 +330,7 @@ class Gemma4(ModelFamily):
 
 FAMILY = Gemma4()
 
-__all__ = ["ASSISTANT_TYPE", "FAMILY", "LITERT_EXPORT_FLAGS", "TARGET_TYPES", "Gemma4",
-           "check_assistant", "litert_source", "mlx_expected", "model_facts", "text_config",
+__all__ = ["ASSISTANT_TYPE", "FAMILY", "LITERT_EXPORT_FLAGS", "MLX_VLM_TEXT_FIELDS",
+           "TARGET_TYPES", "Gemma4", "check_assistant", "litert_source", "media_towers",
+           "mlx_expected", "model_facts", "text_config",
            "text_tensor_name", "tokenizer_facts", "write_text_folder"]

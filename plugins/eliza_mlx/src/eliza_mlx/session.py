@@ -20,7 +20,7 @@ follows (an end-of-generation token cannot be foreseen and is fed ahead like any
 Speculative decoding (``drafter="ngram"`` or ``"model"``, greedy only, trimmable caches only):
 prefill keeps the prompt's last token back in ``_pending``. A round drafts ``k`` tokens (the
 core's :class:`~eliza_backends.runtime.speculative.NgramDrafter`, or a draft MLX folder from
-``text/draft/``, :mod:`eliza_mlx.mlx_draft`), runs ``[pending, d1..dk]`` through the model in
+``text/draft/``, :mod:`eliza_mlx.draft`), runs ``[pending, d1..dk]`` through the model in
 one call (logits for every position; ``[d1..dk]`` when the last token was already fed ahead and
 its successor queued), takes the argmax per position, keeps the agreeing prefix plus the
 target's own next token (:func:`~eliza_backends.runtime.speculative.accept_greedy`), trims the
@@ -61,10 +61,11 @@ from eliza_backends import (
     StreamConfig,
     UnsupportedOperationError,
 )
-from eliza_backends.backend import Drafter, accept_greedy
+from eliza_backends.backend import Drafter, MediaItem, MediaTokens, accept_greedy
 
 from .mlx_thread import on_mlx_thread
 from .model import COMPUTE_STREAM, LoadedMLX, trim
+from .session_hooks import TokenizerHooks, cut_lazy_cache
 
 _SLOT_MAGIC = b"ELZMLX01"
 _SLOT_HEAD = struct.Struct("<8sIQ")  # magic, cached tokens, prompt-cache file length
@@ -85,7 +86,7 @@ class _Round:
     made: int = 0
 
 
-class MLXSession(Session):
+class MLXSession(TokenizerHooks, Session):
     """An mlx-lm generation: one prompt cache (KV per layer) on the shared model."""
 
     backend_name = "mlx-coreml"
@@ -94,6 +95,7 @@ class MLXSession(Session):
     def __init__(self, loaded: LoadedMLX, config: StreamConfig,
                  context: InferenceContext | None, drafter: Drafter | None = None) -> None:
         self._loaded = loaded
+        self._tokenizer = loaded.tokenizer
         self._model = loaded.model
         self._cache: list[Any] = make_prompt_cache(loaded.model)
         self._trimmable = bool(can_trim_prompt_cache(self._cache))
@@ -132,9 +134,10 @@ class MLXSession(Session):
     @property
     def capabilities(self) -> Capabilities:
         drafters = {"none", "ngram", "model"} if self._trimmable else {"none"}
+        kinds = getattr(self._model, "kinds", None)  # a multimodal folder (eliza_mlx.vlm)
         return Capabilities(token_input=True, prefix_reuse=True, slots=True,
                             cancel_prefill=False, sampling=True, drafters=frozenset(drafters),
-                            logits=True)
+                            logits=True, media=kinds() if kinds is not None else frozenset())
 
     # ------------------------------------------------------------------ sampling
 
@@ -205,9 +208,12 @@ class MLXSession(Session):
                     return
                 tail = self._tail(history + token_ids) if self._processors else None
                 self._launch(out[:, -1, :], tail)
-                if self._trimmable:  # queue the first token's forward pass now, as
-                    y, logits = self._y, self._logits  # generate_step does (undone by
-                    nxt = model(y[None], cache=cache)[:, -1, :]  # _undo_ahead)
+                # queue the first token's forward pass now, as generate_step does (undone
+                # by _undo_ahead, so only while the cache can be trimmed: a sliding layer's
+                # past its window cannot, e.g. after an image block before more media)
+                if self._trimmable and can_trim_prompt_cache(cache):
+                    y, logits = self._y, self._logits
+                    nxt = model(y[None], cache=cache)[:, -1, :]
                     self._n_kv += 1
                     self._launch(nxt, self._tail(history + token_ids, y)
                                  if self._processors else None)
@@ -219,6 +225,35 @@ class MLXSession(Session):
             self._rollback(start)
             raise
         self._pending = None
+
+    @on_mlx_thread
+    def _media_tokens(self, item: MediaItem) -> MediaTokens:
+        with mx.stream(COMPUTE_STREAM):
+            begin, soft, count, end, prepared = self._model.media_tokens(item.kind, item.data)
+        return MediaTokens(before=(begin,), placeholder=soft, count=count, after=(end,),
+                           handle=prepared)
+
+    @on_mlx_thread
+    def _prefill_media(self, item: MediaItem, tokens: MediaTokens) -> None:
+        if self._stale:
+            raise BackendRuntimeError("the MLX prompt cache was lost by an interrupted call; "
+                                      "call reset() before prefilling again")
+        self._undo_ahead()
+        start = self._n_kv
+        try:
+            with mx.stream(COMPUTE_STREAM):
+                if self._pending is not None:  # the last sampled token goes in first
+                    self._model(mx.array([self._pending], dtype=mx.uint32)[None],
+                                cache=self._cache)
+                    self._n_kv += 1
+                    self._pending = None
+                self._raise_if_cancelled()
+                self._model.prefill_embeddings(tokens.handle, self._cache)
+                self._n_kv += tokens.count
+                self._logits = self._y = None  # the end marker's prefill samples next
+        except BaseException:
+            self._rollback(start)
+            raise
 
     def _undo_ahead(self) -> None:
         """Take the token prefill fed ahead back out of the cache (nothing consumed it)."""
@@ -446,30 +481,17 @@ class MLXSession(Session):
             self._undo_ahead()
         if self._stale:
             return False
-        drop = self._n_kv - n_keep
-        if drop > 0:
-            if not can_trim_prompt_cache(self._cache):
-                return False
-            if trim(self._cache, drop) != drop:
-                return False
-            self._n_kv = n_keep
-            self._pending = None
-        elif drop == 0:
-            self._pending = None
-        elif drop == -1:  # the one history token the cache lacks is fed with the next prefill
-            self._pending = self._sequence[n_keep - 1]
-        else:
+        cache = self._cache
+        done, pending = cut_lazy_cache(
+            self._n_kv, n_keep, self._sequence,
+            lambda k: bool(can_trim_prompt_cache(cache)) and trim(cache, k) == k)
+        if not done:
             return False
+        self._n_kv = min(self._n_kv, n_keep)
+        self._pending = pending
         self._logits = self._y = None
         self._seed()
         return True
-
-    def _token_bytes(self, token_id: int) -> bytes:
-        return self._loaded.tokenizer.piece(token_id)
-
-    def _tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
-        return self._loaded.tokenizer.encode(text, add_special=add_special,
-                                             parse_special=parse_special)
 
     # ------------------------------------------------------------------ slots
 

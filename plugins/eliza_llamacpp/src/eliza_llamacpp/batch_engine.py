@@ -47,18 +47,11 @@ from eliza_backends import (
     SessionClosedError,
     StreamConfig,
 )
-from eliza_backends.backend import Piece, StepScheduler
+from eliza_backends.backend import Piece, StepScheduler, cpu_count
 
-from .model import (
-    LoadedModel,
-    Outputs,
-    TargetLinkedDrafter,
-    default_threads,
-    load_seq,
-    new_context,
-    save_seq,
-    use_extra_buffers,
-)
+from .lane import TargetLinkedDrafter
+from .llama_context import Outputs, load_seq, new_context, save_seq
+from .model import LoadedModel, use_extra_buffers
 from .options import LlamaCppOptions
 
 R = TypeVar("R")
@@ -185,7 +178,11 @@ class BatchEngine:
         """``llama_decode(ctx, batch)`` on the decoding thread. Returns only once the decode has
         finished, even when the waiting thread is interrupted (the batch is refilled for the next
         step as soon as this returns); the interrupt is raised after."""
-        future = self._decoder.submit(lc.llama_decode, self.ctx, batch)
+        return self.on_own_thread(lambda: lc.llama_decode(self.ctx, batch))
+
+    def on_own_thread(self, call: Callable[[], int]) -> int:
+        """``call()`` on the decoding thread (see :meth:`_decode_on_own_thread`)."""
+        future = self._decoder.submit(call)
         interrupted: BaseException | None = None
         while True:
             try:
@@ -224,7 +221,7 @@ def shared_engine(context: InferenceContext, model: LoadedModel, config: StreamC
                   options: LlamaCppOptions) -> BatchEngine:
     """The engine of ``context`` for ``model`` and the settings that must match to share one
     ``llama_context`` (threads, context and batch sizes, KV cache and flash attention)."""
-    key = ("llama.cpp-batched", str(model.path), config.threads or default_threads(),
+    key = ("llama.cpp-batched", str(model.path), config.threads or cpu_count(),
            config.context_size, config.batch_size, options.n_ubatch, options.flash_attention,
            options.kv_cache_type, options.n_gpu_layers, use_extra_buffers(options),
            context.parallel)
@@ -235,7 +232,7 @@ def shared_engine(context: InferenceContext, model: LoadedModel, config: StreamC
 
 
 class SharedLane:
-    """One sequence of a :class:`BatchEngine` (see :class:`eliza_llamacpp.model.Lane`): its
+    """One sequence of a :class:`BatchEngine` (see :class:`eliza_llamacpp.lane.Lane`): its
     decodes are shares of the engine's steps; everything else runs between steps."""
 
     batched = True
@@ -256,7 +253,7 @@ class SharedLane:
 
     def decode(self, tokens: list[int], start: int, outputs: Outputs,
                then: Callable[[int], R], cancelled: Callable[[], bool]) -> R:
-        """See :meth:`eliza_llamacpp.model.Lane.decode`. A prefill (``"last"``) first copies
+        """See :meth:`eliza_llamacpp.lane.Lane.decode`. A prefill (``"last"``) first copies
         the prefix another sequence holds."""
         engine, seq = self.engine, self.seq
         if outputs == "last" and len(tokens) > 1:
@@ -273,31 +270,42 @@ class SharedLane:
 
         return engine.scheduler.submit(seq, tokens, start, n_out, done, cancelled)
 
+    def media(self, start: int, run: Callable[[Any, int, int], int], mark: int) -> int:
+        """See :meth:`eliza_llamacpp.lane.Lane.media`: between steps, on the engine's
+        decoding thread; the positions are cached as ``mark``."""
+        engine, seq = self.engine, self.seq
+        with engine.scheduler.exclusive():
+            end = engine.on_own_thread(lambda: run(engine.ctx, seq, start))
+            cached = engine.cached[seq]
+            del cached[start:]
+            cached.extend([mark] * (end - start))
+        return end
+
     def drop(self, p0: int) -> bool:
-        """See :meth:`eliza_llamacpp.model.Lane.drop`."""
+        """See :meth:`eliza_llamacpp.lane.Lane.drop`."""
         engine = self.engine
         with engine.scheduler.exclusive():
             del engine.cached[self.seq][p0:]
             return bool(lc.llama_memory_seq_rm(engine.mem, self.seq, p0, -1))
 
     def clear(self) -> None:
-        """See :meth:`eliza_llamacpp.model.Lane.clear`."""
+        """See :meth:`eliza_llamacpp.lane.Lane.clear`."""
         self.engine.scheduler.idle(self.seq)
         self.drop(0)
 
     def pos_max(self) -> int:
-        """See :meth:`eliza_llamacpp.model.Lane.pos_max`."""
+        """See :meth:`eliza_llamacpp.lane.Lane.pos_max`."""
         engine = self.engine
         with engine.scheduler.exclusive():
             return int(lc.llama_memory_seq_pos_max(engine.mem, self.seq))
 
     def save(self) -> bytes:
-        """See :meth:`eliza_llamacpp.model.Lane.save`."""
+        """See :meth:`eliza_llamacpp.lane.Lane.save`."""
         with self.engine.scheduler.exclusive():
             return save_seq(self.engine.ctx, self.seq)
 
     def load(self, state: bytes, tokens: Sequence[int]) -> bool:
-        """See :meth:`eliza_llamacpp.model.Lane.load`."""
+        """See :meth:`eliza_llamacpp.lane.Lane.load`."""
         engine, seq = self.engine, self.seq
         with engine.scheduler.exclusive():
             cached = engine.cached[seq]
@@ -311,7 +319,7 @@ class SharedLane:
             return True
 
     def idle(self) -> None:
-        """See :meth:`eliza_llamacpp.model.Lane.idle`."""
+        """See :meth:`eliza_llamacpp.lane.Lane.idle`."""
         self.engine.scheduler.idle(self.seq)
 
     def batch_cost(self, token: int, n_kv: int, max_n: int) -> list[float] | None:
