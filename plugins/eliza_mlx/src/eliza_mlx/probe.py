@@ -251,6 +251,9 @@ def check_mlx_folder(path: Path) -> MLXFolder:
                                                  path / "config.json"),
                      weight_files=weights)
 
+#: The model types whose vision and audio towers this plugin runs through mlx-vlm (``vlm.py``
+#: implements Gemma 4's processor and mask): a runtime fact, as a table.
+MLX_VLM_MODEL_TYPES = frozenset({"gemma4"})
 
 
 def multimodal_kinds(folder: Path) -> frozenset[str]:
@@ -259,11 +262,11 @@ def multimodal_kinds(folder: Path) -> frozenset[str]:
         cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return frozenset()
-    if cfg.get("model_type") != "gemma4":
+    if cfg.get("model_type") not in MLX_VLM_MODEL_TYPES:
         return frozenset()
     return frozenset(k for k, key in (("image", "vision_config"), ("audio", "audio_config"))
                      if isinstance(cfg.get(key), dict))
 
 
-__all__ = ["MLXFolder", "RuntimeStatus", "check_mlx_folder", "coreml_status", "mlx_status",
-           "multimodal_kinds"]
+__all__ = ["MLX_VLM_MODEL_TYPES", "MLXFolder", "RuntimeStatus", "check_mlx_folder",
+           "coreml_status", "mlx_status", "multimodal_kinds"]

@@ -24,7 +24,7 @@ from typing import Any
 
 import mlx.core as mx  # type: ignore[import-not-found,unused-ignore]
 
-from eliza_backends.errors import MediaError
+from eliza_backends import MediaError
 
 from .probe import multimodal_kinds
 
