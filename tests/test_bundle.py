@@ -10,7 +10,8 @@ import pytest
 from conftest import TINY_BUNDLE
 
 from eliza_backends import BundleError, create_bundle, load_manifest, verify_bundle
-from eliza_backends.bundle import find_artifacts, write_manifest
+from eliza_backends.bundle import find_artifacts
+from eliza_backends.manifest import write_manifest
 
 
 def _artifacts(tmp_path: Path) -> list[Path]:

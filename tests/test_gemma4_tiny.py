@@ -25,7 +25,8 @@ except ImportError:
     import direct_runtimes as dr
 
 from eliza_backends import InferenceContext, open_stream
-from eliza_backends.bundle import find_artifacts, load_manifest
+from eliza_backends.bundle import find_artifacts
+from eliza_backends.manifest import load_manifest
 
 BUNDLE = Path(__file__).resolve().parent.parent / "examples" / "bundles" / "gemma4-tiny"
 TEXT = BUNDLE / "text"

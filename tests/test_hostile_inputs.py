@@ -358,7 +358,7 @@ def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
 
     for module, name in [("stream", "open_stream"), ("server.serve", "serve"),
                          ("bench", "bench"), ("selector", "explain"),
-                         ("bundle", "create_bundle"), ("bundle", "verify_bundle"),
+                         ("manifest", "create_bundle"), ("manifest", "verify_bundle"),
                          ("convert.pipeline", "convert")]:
         monkeypatch.setattr(importlib.import_module(f"eliza_backends.{module}"), name, reached)
 

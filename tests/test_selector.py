@@ -219,6 +219,94 @@ def test_discovery_is_lazy_and_idempotent(plugin_site: PluginSite) -> None:
     assert sys.modules["fake_plugin_counted"].CALLS == [1]
 
 
+def test_discovery_reads_only_its_group_without_importlib_metadata(
+        plugin_site: PluginSite, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 42: the registry scans the ``eliza_backends`` sections of the distributions on
+    the path itself (importlib.metadata would parse every installed distribution): the
+    distribution's own name and version are reported, a distribution earlier on the path
+    hides a later one of the same name (as importlib.metadata does), an ``.egg-info`` counts,
+    other groups and comments are ignored."""
+    from importlib import metadata
+
+    from eliza_backends.entry_points import group_entry_points
+
+    plugin_site.add("alpha", """
+        from eliza_backends import hookimpl
+        from scripted_backend import ScriptedFactory
+
+        @hookimpl
+        def eliza_backends_factories():
+            return [ScriptedFactory("alpha", rank=5, suffix=".alpha")]
+        """, dist="Alpha.Plugin")
+    later = tmp_path / "later"
+    info = later / "alpha_plugin-9.9.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: alpha-plugin\nVersion: 9.9\n")
+    (info / "entry_points.txt").write_text("[eliza_backends]\nalpha = nowhere_at_all\n")
+    egg = plugin_site.root / "eggy.egg-info"
+    egg.mkdir()
+    (egg / "PKG-INFO").write_text("Metadata-Version: 1.1\nName: eggy\nVersion: 2.0\n\nName: x\n")
+    (egg / "entry_points.txt").write_text(
+        "[console_scripts]\nbeta = not_this:one\n\n[eliza_backends]\n# a comment\n"
+        "beta = fake_plugin_beta:thing [extra]\n")
+    refs = group_entry_points("eliza_backends", [str(plugin_site.root), str(later)])
+    assert [(r.name, r.value, r.distribution, r.version) for r in refs] == [
+        ("alpha", "fake_plugin_alpha", "Alpha.Plugin", "0.1"),
+        ("beta", "fake_plugin_beta:thing [extra]", "eggy", "2.0")]
+
+    def no_metadata(*args: object, **kwargs: object) -> None:
+        raise AssertionError("discovery called importlib.metadata")
+
+    monkeypatch.setattr(metadata, "entry_points", no_metadata)
+    monkeypatch.setattr(metadata, "distributions", no_metadata)
+    environ = {"ELIZA_BACKENDS_PLUGINS": "alpha"}
+    (info_row,) = Registry(environ=environ).info()
+    assert (info_row.name, info_row.distribution, info_row.version) == \
+        ("alpha", "Alpha.Plugin", "0.1")
+
+
+def test_select_asks_no_availability_of_a_backend_that_cannot_serve(
+        plugin_site: PluginSite, tmp_path: Path) -> None:
+    """Issue 42: opening a stream probes availability only of the backends that can serve
+    the bundle; explain() still reports every backend's verdict."""
+    plugin_site.add("counting", """
+        from eliza_backends import hookimpl
+        from scripted_backend import ScriptedFactory
+        ASKED = []
+
+        class Counting(ScriptedFactory):
+            def available(self):
+                ASKED.append(self.name)
+                return super().available()
+
+        @hookimpl
+        def eliza_backends_factories():
+            return [Counting("llama.cpp", rank=0, suffix=".gguf"),
+                    Counting("alpha", rank=5, suffix=".alpha", available=False)]
+        """)
+    gguf_only = make_bundle(tmp_path / "gguf", "m.gguf")
+    environ = plugin_site.environ()
+    registry = Registry(environ=environ)
+    assert select(gguf_only, environ=environ, registry=registry).name == "llama.cpp"
+    asked = sys.modules["fake_plugin_counting"].ASKED
+    assert asked == ["llama.cpp"]
+    report = explain(gguf_only, environ=environ, registry=registry)
+    assert {c.name: c.verdict for c in report.candidates} == {
+        "llama.cpp": "chosen", "alpha": "unavailable"}
+    assert sorted(set(asked)) == ["alpha", "llama.cpp"]
+
+
+def test_distribution_version_agrees_with_importlib_metadata() -> None:
+    """The plugins' availability probes read versions through the kit's cheap reader."""
+    from importlib import metadata
+
+    from eliza_backends.backend import distribution_version
+
+    for name in ("pydantic", "pluggy", "llama-cpp-python", "llama_cpp_python", "Eliza.Backends"):
+        assert distribution_version(name) == metadata.version(name), name
+    assert distribution_version("no-such-distribution-here") is None
+
+
 def test_cli_select_uses_real_discovery(plugin_site: PluginSite, bundle: Path) -> None:
     plugin_site.add_scripted("llama", LLAMA)
     plugin_site.add_scripted("beta", '"beta", rank=9, suffix=".beta"')

@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
                        "tower_parameters": mm.tower_parameters(model)}
     (out / "parity.json").write_text(json.dumps(parity, indent=1, ensure_ascii=False) + "\n",
                                      encoding="utf-8")
-    from eliza_backends.bundle import write_manifest
+    from eliza_backends.manifest import write_manifest
 
     write_manifest(out, name=NAME)
     shutil.rmtree(work)

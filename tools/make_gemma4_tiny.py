@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
                 "acceptance_torch": acc, "total_seconds": round(time.time() - t_start, 1),
                 "torch_threads": 1}
     (out / "training.json").write_text(json.dumps(training, indent=1) + "\n")
-    from eliza_backends.bundle import write_manifest
+    from eliza_backends.manifest import write_manifest
 
     write_manifest(out, name="gemma4-tiny")
     log(f"done in {time.time() - t_start:.0f}s")

@@ -20,7 +20,7 @@ What it does, deterministically (fixed seeds, one torch thread):
        OUT/text/tiny.mlpackage/            (coremltools, if it converts)
        OUT/text/draft/tiny-draft-f16.gguf
        OUT/text/draft/tiny-draft-mlx/
-5. writes OUT/manifest.json with eliza_backends.bundle.write_manifest.
+5. writes OUT/manifest.json with eliza_backends.manifest.write_manifest.
 
 Tool-time dependencies only: see tools/requirements.txt and tools/README.md.
 """
@@ -891,7 +891,7 @@ def main(argv=None) -> int:
 
     log(f"artifacts done in {time.time() - t_start:.0f}s (training {t_train - t_start:.0f}s)")
 
-    from eliza_backends.bundle import write_manifest
+    from eliza_backends.manifest import write_manifest
 
     write_manifest(out, name="tiny")
     log(f"manifest written; total {time.time() - t_start:.0f}s")

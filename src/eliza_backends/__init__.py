@@ -13,7 +13,9 @@ Importing this package, listing backends and selecting one never import a heavy 
 from __future__ import annotations
 
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .lazy import lazy_names
 
 # One import per module, each name re-exported with ``as`` (mypy --strict's explicit re-export).
 # isort: off
@@ -48,7 +50,7 @@ if TYPE_CHECKING:  # what the names in _LAZY are, for type checkers (tests/test_
     from .backend.session import (
         Session as Session,
     )
-    from .bundle import (
+    from .manifest import (
         BundleManifest as BundleManifest,
         create_bundle as create_bundle,
         load_manifest as load_manifest,
@@ -132,11 +134,11 @@ _LAZY: dict[str, str] = {
     "Factory": "backend.factory",
     "Session": "backend.session",
     "Step": "backend.types",
-    "BundleManifest": "bundle",
-    "create_bundle": "bundle",
-    "load_manifest": "bundle",
-    "verify_bundle": "bundle",
-    "write_manifest": "bundle",
+    "BundleManifest": "manifest",
+    "create_bundle": "manifest",
+    "load_manifest": "manifest",
+    "verify_bundle": "manifest",
+    "write_manifest": "manifest",
     "RenderLimits": "prompt.chat",
     "render_chat": "prompt.chat",
     "chat_completion": "openai.local",
@@ -191,9 +193,9 @@ def _submodule(name: str) -> ModuleType:
     if name == "backend.model_info":
         from .backend import model_info
         return model_info
-    if name == "bundle":
-        from . import bundle
-        return bundle
+    if name == "manifest":
+        from . import manifest
+        return manifest
     if name == "config":
         from . import config
         return config
@@ -221,17 +223,7 @@ def _submodule(name: str) -> ModuleType:
     return stream
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'eliza_backends' has no attribute {name!r}")
-    value = getattr(_submodule(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names("eliza_backends", _LAZY, _submodule, globals())
 
 
 __version__ = "0.1.0"

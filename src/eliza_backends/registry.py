@@ -1,9 +1,11 @@
 """Plugin discovery: a pluggy PluginManager over the ``eliza_backends`` entry-point group.
 
 Discovery is lazy (the first ``list_backends()`` / ``select()``), once per process, and
-idempotent. Each entry point is loaded on its own, so a plugin that fails to import, implements
-an unknown hook, raises, or returns something that is not a :class:`Factory` is recorded as a
-:class:`PluginProblem` and never breaks the others.
+idempotent; it reads only this package's entry-point group
+(:func:`~eliza_backends.entry_points.group_entry_points`, not ``importlib.metadata``, which
+parses every installed distribution). Each entry point is loaded on its own, so a plugin that
+fails to import, implements an unknown hook, raises, or returns something that is not a
+:class:`Factory` is recorded as a :class:`PluginProblem` and never breaks the others.
 
 ``ELIZA_BACKENDS_PLUGINS`` (a comma list of entry-point names) restricts which plugins load; an
 application can pin exactly what may run in its process.
@@ -15,7 +17,6 @@ import os
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from importlib import metadata
 from typing import Any
 
 import pluggy
@@ -23,6 +24,7 @@ import pluggy
 from .backend import hookspecs
 from .backend.factory import Factory
 from .backend.types import Availability
+from .entry_points import group_entry_points
 
 PLUGINS_ENV = "ELIZA_BACKENDS_PLUGINS"
 
@@ -127,13 +129,12 @@ class Registry:
             return
         environ = os.environ if self._environ is None else self._environ
         allow = allowed_plugins(environ)
-        for ep in sorted(metadata.entry_points(group=self._group), key=lambda e: e.name):
+        for ep in sorted(group_entry_points(self._group), key=lambda e: e.name):
             if allow is not None and ep.name not in allow:
                 continue
             if self._pm.has_plugin(ep.name):
                 continue
-            dist = ep.dist.name if ep.dist is not None else None
-            version = ep.dist.version if ep.dist is not None else None
+            dist, version = ep.distribution, ep.version
             try:
                 plugin = ep.load()
             except Exception as exc:

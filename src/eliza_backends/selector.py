@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -116,37 +115,46 @@ def explain(bundle_dir: str | os.PathLike[str], *, backend: str | None = None,
             environ: Mapping[str, str] | None = None,
             registry: Registry | None = None) -> SelectionReport:
     """Run the selection and report every candidate's verdict (never raises for selection)."""
-    report, _ = _resolve(bundle_dir, backend, environ, registry)
+    report, _ = _resolve(bundle_dir, backend, environ, registry, detail=True)
     return report
 
 
 def select(bundle_dir: str | os.PathLike[str], *, backend: str | None = None,
            environ: Mapping[str, str] | None = None, registry: Registry | None = None) -> Factory:
     """The factory that serves ``bundle_dir``; :class:`BackendSelectionError` if none can."""
-    report, factory = _resolve(bundle_dir, backend, environ, registry)
+    report, factory = _resolve(bundle_dir, backend, environ, registry, detail=False)
     if factory is None:
         raise BackendSelectionError(report.error or "no backend selected",
                                     code=report.error_code or Status.ERR_BACKEND_UNAVAILABLE)
     return factory
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Row:
-    """One backend as the selector sees it: availability, can-serve, rank (probed once)."""
+    """One backend as the selector sees it: can-serve, rank, and availability, each probed
+    once; availability on first use (a backend that cannot serve the bundle is not asked,
+    unless a report or an error needs its verdict)."""
 
     factory: Factory
-    availability: Availability
     can_serve: bool
     rank: int
     why_not: str = ""  # why it cannot serve (empty when it can)
     has_artifact: bool = False  # the bundle has an artifact of one of its formats
+    _availability: Availability | None = None
 
     @classmethod
     def probe(cls, factory: Factory, bundle: Path) -> _Row:
         serves = _safe_can_serve(factory, bundle)
         why = "" if serves else _safe_reason(factory, bundle)
-        return cls(factory, safe_available(factory), serves, safe_rank(factory), why,
+        return cls(factory, serves, safe_rank(factory), why,
                    bool(find_artifacts(bundle, factory.formats)))
+
+    @property
+    def availability(self) -> Availability:
+        """``factory.available()`` (see :func:`safe_available`), asked once."""
+        if self._availability is None:
+            self._availability = safe_available(self.factory)
+        return self._availability
 
     @property
     def name(self) -> str:
@@ -177,16 +185,30 @@ class _Selection:
     rows: list[_Row]
     broken: tuple[str, ...]
     verdicts: dict[str, tuple[Verdict, str]] = field(default_factory=dict)
+    #: Whether the report describes the chosen backend's model and drafters (``explain``;
+    #: ``select`` skips those header probes: opening a stream does not read them).
+    detail: bool = True
+
+    def verdict(self, row: _Row) -> tuple[Verdict, str]:
+        """``row``'s verdict: the one the rules gave it, else its own (:meth:`_Row.verdict`)."""
+        given = self.verdicts.get(row.name)
+        return given if given is not None else row.verdict()
 
     def report(self, chosen: Factory | None, error: str | None,
                code: Status = Status.ERR_BACKEND_UNAVAILABLE) -> SelectionReport:
-        cands = tuple(Candidate(r.name, *self.verdicts[r.name], r.availability.ok, r.can_serve,
-                                r.rank, r.availability.detail) for r in self.rows)
+        """The report; ``select`` (not :attr:`detail`) that found a backend lists no
+        candidates (it returns only the factory), so it asks no other backend's
+        availability."""
+        rows = () if chosen is not None and not self.detail else self.rows
+        cands = tuple(Candidate(r.name, *self.verdict(r), r.availability.ok, r.can_serve,
+                                r.rank, r.availability.detail) for r in rows)
         return SelectionReport(str(self.bundle), self.requested, self.requested_by,
                                chosen.name if chosen else None, error, cands, self.broken,
                                code if error else None,
-                               _safe_drafters(chosen, self.bundle) if chosen else {},
-                               _safe_describe(chosen, self.bundle) if chosen else "",
+                               _safe_drafters(chosen, self.bundle) if chosen and self.detail
+                               else {},
+                               _safe_describe(chosen, self.bundle) if chosen and self.detail
+                               else "",
                                safe_media(chosen, self.bundle) if chosen else {})
 
 
@@ -203,26 +225,26 @@ def _gather(bundle_dir: str | os.PathLike[str], backend: str | None,
     bundle = Path(bundle_dir)
     rows = [_Row.probe(f, bundle) for f in reg.factories()]
     broken = tuple(f"{p.plugin}: {p.error}" for p in reg.problems())
-    selection = _Selection(bundle, requested, requested_by, rows, broken)
-    selection.verdicts = {r.name: r.verdict() for r in rows}
-    return selection
+    return _Selection(bundle, requested, requested_by, rows, broken)
 
 
 def _resolve(bundle_dir: str | os.PathLike[str], backend: str | None,
-             environ: Mapping[str, str] | None,
-             registry: Registry | None) -> tuple[SelectionReport, Factory | None]:
+             environ: Mapping[str, str] | None, registry: Registry | None, *,
+             detail: bool) -> tuple[SelectionReport, Factory | None]:
     path = Path(bundle_dir)
     if not is_bundle_dir(path) and artifact_format(path) is not None:
         # a single artifact: select on it staged as a bundle, report the path that was given
         with ImplicitBundle(path) as staged:
-            report, factory = _resolve_bundle(staged.root, backend, environ, registry)
+            report, factory = _resolve_bundle(staged.root, backend, environ, registry, detail)
         return replace(report, bundle_dir=str(path)), factory
-    return _resolve_bundle(path, backend, environ, registry)
+    return _resolve_bundle(path, backend, environ, registry, detail)
 
 
 def _resolve_bundle(bundle_dir: Path, backend: str | None, environ: Mapping[str, str] | None,
-                    registry: Registry | None) -> tuple[SelectionReport, Factory | None]:
+                    registry: Registry | None,
+                    detail: bool) -> tuple[SelectionReport, Factory | None]:
     sel = _gather(bundle_dir, backend, environ, registry)
+    sel.detail = detail
     if not sel.bundle.is_dir():
         sel.verdicts = {r.name: ("cannot-serve", "no bundle") for r in sel.rows}
         return sel.report(None, f"bundle directory {sel.bundle} does not exist",
@@ -274,7 +296,7 @@ def _hard_request(sel: _Selection, requested: str) -> tuple[SelectionReport, Fac
 
 def _auto_select(sel: _Selection) -> tuple[SelectionReport, Factory | None]:
     """Rules 2-5: the highest rank above 0, else llama.cpp, else the best rank <= 0."""
-    candidates = [r for r in sel.rows if r.availability.ok and r.can_serve]
+    candidates = [r for r in sel.rows if r.can_serve and r.availability.ok]
     others = sorted((r for r in candidates if r.name != LLAMA_CPP),
                     key=lambda r: (-r.rank, r.name))
     llama = next((r for r in candidates if r.name == LLAMA_CPP), None)
@@ -314,7 +336,7 @@ def _nothing_serves(sel: _Selection) -> SelectionReport:
             Status.ERR_BACKEND_UNAVAILABLE
         return sel.report(None, f"no backend can run {sel.bundle} on this host: "
                           + "; ".join(blockers), code)
-    lacks = "; ".join(f"{r.name}: {sel.verdicts[r.name][1]}" for r in sel.rows) or \
+    lacks = "; ".join(f"{r.name}: {sel.verdict(r)[1]}" for r in sel.rows) or \
         "no backend is installed"
     err = (f"no installed backend can serve {sel.bundle} ({lacks}): it has no model artifact "
            "under text/. Add one (a .gguf, `eliza-backends bundle create`).")
@@ -384,6 +406,8 @@ def _unknown_backend(requested: str, requested_by: str | None,
           f"(installed: {installed})."
     names = {n.lower() for f in factories for n in f.names()} | set(KNOWN_BACKENDS)
     key = requested.lower()
+    import difflib  # (only an unknown backend name pays for it)
+
     close = [key] if key in KNOWN_BACKENDS else difflib.get_close_matches(key, sorted(names),
                                                                            n=1, cutoff=0.6)
     if close and close[0] != key:

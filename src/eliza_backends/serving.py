@@ -20,7 +20,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .bundle import load_manifest
 from .config import StreamConfig
 from .errors import BundleError
 
@@ -98,6 +97,8 @@ def serving_config(config: StreamConfig | Mapping[str, Any] | None = None, **ove
 
 def model_name(bundle_dir: str | os.PathLike[str]) -> str:
     """The id a bundle's model is served under: the manifest's ``name``, else the folder's."""
+    from .manifest import load_manifest  # (pydantic models: only a server reads it)
+
     try:
         name = load_manifest(bundle_dir).name
     except (BundleError, OSError):

@@ -34,8 +34,6 @@ from .errors import (
     SessionBusyError,
     UnsupportedOperationError,
 )
-from .prompt.chat import common_prefix, render_bounds
-from .prompt.chat_tokens import chat_elements, chat_token_ids
 from .registry import Registry, default_registry
 from .selector import KNOWN_BACKENDS, safe_media, select
 from .structured.logits import OutputSpec
@@ -163,6 +161,9 @@ class Stream:
         """
         session = self.session
         template = self._template()
+        from .prompt.chat import render_bounds  # (chat streams only: templates, jinja2)
+        from .prompt.chat_tokens import chat_token_ids
+
         with render_bounds(cancelled=lambda: session.cancelled):
             return chat_token_ids(session, template, messages,
                                   add_generation_prompt=add_generation_prompt, tools=tools)
@@ -195,6 +196,8 @@ class Stream:
         if not elements:
             raise InvalidArgumentError("prefill_reusing() needs at least one token id")
         if not any(isinstance(e, MediaItem) for e in elements):
+            from .prompt.chat import common_prefix
+
             ids: list[int] = elements  # type: ignore[assignment]
             common = reusable_prefix(common_prefix(session.history, ids), session.media, ())
             keep = session.reset_keep(min(common, len(ids) - 1))
@@ -205,6 +208,8 @@ class Stream:
         session = self.session
         if not plan.ids:
             raise InvalidArgumentError("prefill_reusing() needs at least one token id")
+        from .prompt.chat import common_prefix
+
         common = reusable_prefix(common_prefix(session.history, plan.ids), session.media,
                                  plan.spans)
         keep = session.reset_keep(min(common, len(plan.ids) - 1))
@@ -222,6 +227,9 @@ class Stream:
         not take is :class:`UnsupportedOperationError`, before rendering."""
         session = self.session
         template = self._template()
+        from .prompt.chat import render_bounds
+        from .prompt.chat_tokens import chat_elements
+
         with render_bounds(cancelled=lambda: session.cancelled):
             elements = chat_elements(session, template, messages,
                                      add_generation_prompt=add_generation_prompt, tools=tools,

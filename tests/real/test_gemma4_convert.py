@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from eliza_backends import open_stream
-from eliza_backends.bundle import load_manifest
+from eliza_backends.manifest import load_manifest
 from eliza_backends.testing import generated_tokens, run_to_end
 
 from .models import ROOT, cache_dir, checked_coreml, convert_python

@@ -13,7 +13,6 @@ import os
 from collections.abc import Callable
 
 from ..errors import InvalidArgumentError, SlotError, UnsupportedOperationError
-from ..runtime.slots import read_slot, write_slot
 from .hooks import SessionHooks
 from .media_seq import SessionMedia, slot_spans
 from .model_info import ModelInfo
@@ -54,6 +53,8 @@ class SlotState:
         except BaseException as exc:
             self.repair.recover("save_slot", exc, n, None)
             raise
+        from ..runtime.slots import write_slot  # (pydantic: only a slot save pays for it)
+
         write_slot(path, {"backend": hooks.backend_name, "model_fingerprint": info.fingerprint,
                           "runtime": info.runtime, "tokens": list(self.history),
                           "media": self.media.slot_entries()}, payload)
@@ -62,6 +63,8 @@ class SlotState:
         """Make the sequence the one saved at ``path`` (checked in full first; a bad file is
         :class:`SlotError` and changes nothing)."""
         info, hooks = self.info, self.hooks
+        from ..runtime.slots import read_slot
+
         header, payload = read_slot(path, backend=hooks.backend_name,
                                     model_fingerprint=info.fingerprint, runtime=info.runtime)
         tokens = check_slot_tokens(path, header.tokens, info.vocab_size, self.n_ctx)

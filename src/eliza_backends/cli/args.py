@@ -148,7 +148,7 @@ def check_args(args: argparse.Namespace) -> None:
         for path in [*args.artifacts, *(args.draft or ())]:
             check_input(path, "ARTIFACT")
         if args.name is not None:
-            from ..bundle import check_bundle_name
+            from ..manifest import check_bundle_name
 
             check_bundle_name(args.name)
     if command == "bundle" and sub == "convert":
@@ -166,7 +166,7 @@ def check_args(args: argparse.Namespace) -> None:
             raise InvalidArgumentError(f"--prefill-lengths takes N,N,... of positive ints "
                                        f"(got {args.prefill_lengths!r})")
         if args.name is not None:
-            from ..bundle import check_bundle_name
+            from ..manifest import check_bundle_name
 
             check_bundle_name(args.name)
         from ..convert.pipeline import parse_plan

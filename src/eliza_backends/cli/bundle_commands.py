@@ -18,7 +18,7 @@ from .output import EXIT_ERROR, EXIT_OK
 
 def cmd_bundle_create(args: argparse.Namespace) -> int:
     """``bundle create``: lay out ``text/`` and write ``manifest.json``."""
-    from ..bundle import create_bundle
+    from ..manifest import create_bundle
 
     manifest = create_bundle(args.out, args.artifacts, drafts=args.draft or (), name=args.name,
                              link=args.link)
@@ -33,7 +33,7 @@ def cmd_bundle_create(args: argparse.Namespace) -> int:
 
 def cmd_bundle_verify(args: argparse.Namespace) -> int:
     """``bundle verify``: the files against ``manifest.json``; ``parity.json`` shown if any."""
-    from ..bundle import verify_bundle
+    from ..manifest import verify_bundle
 
     manifest = verify_bundle(args.bundle, hashes=not args.no_hash)
     n = sum(len(a.files) for a in manifest.artifacts)

@@ -39,9 +39,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..bundle import TEXT_DIR, write_manifest
+from ..bundle import TEXT_DIR
 from ..errors import BackendRuntimeError, InvalidArgumentError
 from ..hashing import cache_dir, sha256_file
+from ..manifest import write_manifest
 from . import toolchain
 from .families import ModelFamily, for_architecture
 from .llamacpp_convert import confirmed, llamacpp_token_facts

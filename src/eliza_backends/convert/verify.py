@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..bundle import load_manifest
+from ..manifest import load_manifest
 from .facts import ModelFacts
 
 N_TOKENS = 32

@@ -18,7 +18,6 @@ This module stays light: it imports neither ``ai_edge_litert`` nor ``litert_lm``
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import logging
 import os
@@ -37,6 +36,7 @@ from eliza_backends import (
 )
 from eliza_backends.backend import (
     cpu_count,
+    distribution_version,
     native_exit_to_logging,
     native_stderr_to_logging,
     quiet_by_default,
@@ -59,13 +59,6 @@ CPU_EVIDENCE = ("measured decode on x86_64 CPU: LiteRT 0.33-0.58x llama.cpp's to
                 "llama at 1-2 threads (benchmarks/bench_litert_realistic.py)")
 #: Rank on the CPU rung: below llama.cpp (0), because LiteRT measured slower there.
 CPU_RANK = -10
-
-
-def _dist_version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 class LiteRTFactory(Factory):
@@ -121,8 +114,8 @@ class LiteRTFactory(Factory):
             return Availability.no(ladder.error or "no accelerator rung is usable",
                                    **ladder.detail())
         detail = ladder.detail()
-        detail["ai-edge-litert"] = _dist_version("ai-edge-litert") or "?"
-        lm = _dist_version("litert-lm-api")
+        detail["ai-edge-litert"] = distribution_version("ai-edge-litert") or "?"
+        lm = distribution_version("litert-lm-api")
         detail["litert-lm-api"] = lm or "not installed (engine session unavailable)"
         detail["ladder"] = ladder.summary()
         return Availability.yes(**detail)

@@ -10,7 +10,6 @@ thread-safe: every invoke holds :attr:`LoadedModel.lock`.
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
 import os
 import threading
@@ -22,12 +21,18 @@ import numpy as np
 from ai_edge_litert.interpreter import Interpreter  # type: ignore[import-untyped]
 
 from eliza_backends import BundleError, InferenceContext, ModelInfo
-from eliza_backends.backend import Tokenizer, find_tokenizer, load_tokenizer, tokenizer_facts
+from eliza_backends.backend import (
+    Tokenizer,
+    distribution_version,
+    find_tokenizer,
+    load_tokenizer,
+    tokenizer_facts,
+)
 
 from .container import Container, LlmMetadata, check_tflite, container_tokenizer, read_container
 from .model_files import ModelFiles, model_files
 
-RUNTIME = f"ai-edge-litert {importlib.metadata.version('ai-edge-litert')}"
+RUNTIME = f"ai-edge-litert {distribution_version('ai-edge-litert') or 'unknown'}"
 
 
 @dataclass

@@ -9,7 +9,6 @@ trim both use.
 
 from __future__ import annotations
 
-import importlib.metadata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -20,13 +19,13 @@ from mlx_lm.models.cache import trim_prompt_cache  # type: ignore[import-not-fou
 from mlx_lm.utils import load_model  # type: ignore[import-not-found,unused-ignore]
 
 from eliza_backends import BundleError, InferenceContext, ModelInfo
-from eliza_backends.backend import HFTokenizer, tokenizer_facts
+from eliza_backends.backend import HFTokenizer, distribution_version, tokenizer_facts
 
 from .mlx_thread import on_mlx_thread
 from .probe import MLXFolder, check_mlx_folder
 
-RUNTIME = (f"mlx {importlib.metadata.version('mlx')} / "
-           f"mlx-lm {importlib.metadata.version('mlx-lm')}")
+RUNTIME = (f"mlx {distribution_version('mlx') or 'unknown'} / "
+           f"mlx-lm {distribution_version('mlx-lm') or 'unknown'}")
 #: Compute runs on its own stream per thread, as in mlx-lm's generate_step.
 COMPUTE_STREAM = mx.new_thread_local_stream(mx.default_device())
 #: The mlx-lm model types whose code multiplies the embeddings by ``sqrt(hidden_size)`` rounded

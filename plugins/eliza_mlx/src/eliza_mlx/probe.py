@@ -1,6 +1,8 @@
 """Cheap host and artifact probes for the MLX / Core ML backend. Never imports mlx, mlx-lm or
-coremltools: installed distributions are read with :mod:`importlib.metadata` /
-:func:`importlib.util.find_spec` and the runtime libraries are looked for as files.
+coremltools: installed distributions are read with the plugin kit's
+:func:`~eliza_backends.backend.distribution_version` (their dist-info folders, not
+``importlib.metadata``'s scan of every distribution) / :func:`importlib.util.find_spec`, and
+the runtime libraries are looked for as files.
 
 * :func:`mlx_status`: can mlx-lm run here, and on what (Metal, CUDA, CPU)?
 * :func:`coreml_status`: can Core ML *predict* here (macOS 15+ with coremltools)?
@@ -10,7 +12,6 @@ coremltools: installed distributions are read with :mod:`importlib.metadata` /
 
 from __future__ import annotations
 
-import importlib.metadata as md
 import importlib.util
 import json
 import platform
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from eliza_backends import BundleError
+from eliza_backends.backend import distribution_version
 
 MIN_MLX = (0, 32)
 MIN_MACOS_COREML = (15, 0)
@@ -37,13 +39,6 @@ class RuntimeStatus:
     device: str = ""  # "metal" | "cuda" | "cpu" | "ane" (Core ML)
     detail: dict[str, str] = field(default_factory=dict)
     installed: bool = True  # False: the runtime's package is missing (the reason says which)
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return md.version(dist)
-    except md.PackageNotFoundError:
-        return None
 
 
 def _version_tuple(v: str) -> tuple[int, ...]:
@@ -82,7 +77,7 @@ def mlx_status() -> RuntimeStatus:
     if pkg is None or not any(pkg.glob("core.*")):
         return RuntimeStatus(False, "mlx is not installed: pip install 'eliza-backends[mlx]'",
                              installed=False)
-    version = _version("mlx") or "?"
+    version = distribution_version("mlx") or "?"
     if version != "?" and _version_tuple(version) < MIN_MLX:
         return RuntimeStatus(False, f"mlx {version} is too old: this backend needs mlx>=0.32")
     if importlib.util.find_spec("mlx_lm") is None:
@@ -92,7 +87,7 @@ def mlx_status() -> RuntimeStatus:
         return RuntimeStatus(False, "tokenizers is not installed: pip install tokenizers")
     lib_dir = pkg / "lib"
     libs = sorted(p.name for p in lib_dir.glob("libmlx.*")) if lib_dir.is_dir() else []
-    detail = {"mlx_version": version, "mlx_lm_version": _version("mlx-lm") or "?"}
+    detail = {"mlx_version": version, "mlx_lm_version": distribution_version("mlx-lm") or "?"}
     if sys.platform == "darwin":
         if platform.machine() != "arm64":
             return RuntimeStatus(False, "mlx runs on Apple silicon only; this Mac is "
@@ -103,7 +98,7 @@ def mlx_status() -> RuntimeStatus:
         metal = (lib_dir / "mlx.metallib").is_file()
         detail["metal"] = "yes" if metal else "no"
         return RuntimeStatus(True, device="metal" if metal else "cpu", detail=detail)
-    backends = {d: v for d in LINUX_BACKENDS if (v := _version(d)) is not None}
+    backends = {d: v for d in LINUX_BACKENDS if (v := distribution_version(d)) is not None}
     if not libs:
         return RuntimeStatus(
             False, f"mlx {version} is installed without a backend library ({pkg}/lib/libmlx.so "
@@ -131,7 +126,7 @@ def coreml_status() -> RuntimeStatus:
     if not mac or _version_tuple(mac)[:2] < MIN_MACOS_COREML:
         return RuntimeStatus(False, f"Core ML stateful models need macOS 15+; this is macOS "
                              f"{mac or '?'}")
-    version = _version("coremltools")
+    version = distribution_version("coremltools")
     if version is None or importlib.util.find_spec("coremltools") is None:
         return RuntimeStatus(False, "coremltools is not installed: pip install "
                              "'coremltools>=9.0'", installed=False)
