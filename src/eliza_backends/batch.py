@@ -31,13 +31,16 @@ says so (``stats.batched`` is False, and an explicit ``parallel`` > 1 logs a war
   measurement: see the serving guide), capped at the number of prompts; 1 on a backend that
   does not batch (independent sessions splitting the cores were slower than one session with
   all of them: 54.5 vs 82.8 tok/s at 1 client, 61.0 vs 74.8 at 8, SmolLM2 on 2 cores).
-* **Failures.** A prompt that fails (empty, too long for the context window, a template
-  error, a runtime failure, a cancel) fails alone: its :class:`BatchResult` carries the
-  :class:`ElizaError` (``error``; ``text`` is what it generated before failing, usually
-  empty), its lane's session is reopened if the runtime failed, and the other prompts go on.
-  Bad arguments to :func:`generate_batch` itself (a config that does not validate, a bundle
-  that cannot be served) raise before anything runs. An exception that is not an
-  :class:`ElizaError` is a bug: the other prompts finish, then it is raised.
+* **Failures.** A prompt that fails (empty, too long for the context window, not a prompt at
+  all: bytes, a number, None; a template error, a runtime failure, a cancel) fails alone: its
+  :class:`BatchResult` carries the :class:`ElizaError` (``error``; ``text`` is what it
+  generated before failing, usually empty), its lane's session is reopened if the runtime
+  failed, and the other prompts go on. Bad arguments to :func:`generate_batch` itself (a
+  ``parallel`` that is not an int >= 1, a config that does not validate, a bundle that cannot
+  be served) raise :class:`InvalidArgumentError` (or the backend's error) before anything
+  runs. An exception that is not an :class:`ElizaError` is a bug: it is logged with its
+  traceback and that prompt fails with a :class:`BackendRuntimeError` caused by it; nothing
+  the other prompts computed is lost.
 
 Threads: :func:`generate_batch` blocks its caller; the lanes are its own threads, closed when
 it returns. A :class:`BatchLanes` is used by one caller thread at a time.
@@ -46,17 +49,18 @@ it returns. A :class:`BatchLanes` is used by one caller thread at a time.
 from __future__ import annotations
 
 import logging
+import operator
 import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, SupportsIndex, TypeVar, cast
 
 from .backend import cpu_count
 from .backend.context import InferenceContext
 from .config import StreamConfig
-from .errors import ElizaError, InvalidArgumentError
+from .errors import BackendRuntimeError, ElizaError, InvalidArgumentError
 from .stream import Stream, open_stream
 
 if TYPE_CHECKING:
@@ -145,8 +149,7 @@ class BatchLanes:
                  parallel: int | None = None, backend: str | None = None,
                  key: Callable[[StreamConfig], object] | None = None,
                  cores: int | None = None) -> None:
-        if parallel is not None and (isinstance(parallel, bool) or parallel < 1):
-            raise InvalidArgumentError(f"parallel must be an integer >= 1, got {parallel!r}")
+        parallel = _parallel_argument(parallel)
         self.context = context
         self.backend_request = backend
         self.key: Callable[[StreamConfig], object] = key or (lambda c: c)
@@ -289,13 +292,41 @@ class BatchResponse:
                 raise result.error
 
 
-def _prompt_ids(stream: Stream, prompt: BatchPrompt) -> list[int]:
+def _prompt_ids(stream: Stream, prompt: object) -> list[int]:
+    """The token ids of one prompt; :class:`InvalidArgumentError` for a prompt of another
+    type (bytes, a number, None, a lone message, a list that mixes kinds)."""
     if isinstance(prompt, str):
         return stream.session.tokenize(prompt, add_special=True)
+    if isinstance(prompt, bytes | bytearray | memoryview):
+        raise InvalidArgumentError("a prompt is text, token ids or chat messages, not bytes: "
+                                   "decode the bytes to str, or pass list(token_ids)")
+    if isinstance(prompt, Mapping):
+        raise InvalidArgumentError("a prompt that is one chat message must be in a list: "
+                                   "[{'role': 'user', 'content': ...}]")
+    if not isinstance(prompt, Sequence):
+        raise InvalidArgumentError(f"a prompt is text, token ids or chat messages, got "
+                                   f"{type(prompt).__name__}")
     items = list(prompt)
     if items and all(isinstance(m, Mapping) for m in items):
-        return stream.chat_tokens(items)  # type: ignore[arg-type]
-    return items  # type: ignore[return-value]  # token ids: checked by prefill
+        return stream.chat_tokens(items)
+    for i, item in enumerate(items):
+        if isinstance(item, bool) or not isinstance(item, int):
+            raise InvalidArgumentError(
+                f"a prompt that is a list holds token ids (int) or chat messages (dict), "
+                f"not both; item {i} is {type(item).__name__}")
+    return items  # token ids: checked against the vocabulary by prefill
+
+
+def _parallel_argument(parallel: object) -> int | None:
+    """``generate_batch``'s ``parallel`` as an int >= 1 (or None); bad values are refused."""
+    if parallel is None:
+        return None
+    integer = hasattr(parallel, "__index__") and not isinstance(parallel, bool)
+    count = operator.index(cast(SupportsIndex, parallel)) if integer else 0  # numpy ints too
+    if count < 1:
+        raise InvalidArgumentError(f"parallel must be an integer >= 1 (or None for the "
+                                   f"default), got {parallel!r}")
+    return count
 
 
 def run_prompt(lane: BatchLane, index: int, prompt: BatchPrompt) -> BatchResult:
@@ -322,6 +353,12 @@ def run_prompt(lane: BatchLane, index: int, prompt: BatchPrompt) -> BatchResult:
         result.error = exc
         if stream is None or stream.session.closed or not isinstance(exc, InvalidArgumentError):
             lane.drop()  # the runtime failed (or was cancelled): the next prompt reopens
+    except Exception as exc:  # a bug: this prompt fails with it; the others' results stay
+        log.exception("prompt %d failed with an unexpected %s", index, type(exc).__name__)
+        result.error = BackendRuntimeError(f"prompt {index} failed: {type(exc).__name__}: "
+                                           f"{exc}")
+        result.error.__cause__ = exc
+        lane.drop()
     result.seconds = time.perf_counter() - t0
     return result
 
@@ -341,9 +378,10 @@ def generate_batch(bundle: str | os.PathLike[str] | InferenceContext,
     prompt; with sampling, every prompt uses the config's seed. Raises
     :class:`InvalidArgumentError` for bad arguments and the backend's :class:`ElizaError`
     when the bundle cannot be served."""
-    if isinstance(prompts, str | bytes) or not isinstance(prompts, Sequence):
+    if isinstance(prompts, str | bytes | bytearray) or not isinstance(prompts, Sequence):
         raise InvalidArgumentError("generate_batch() takes a list of prompts (text, token ids "
                                    "or chat messages), not a single prompt")
+    parallel = _parallel_argument(parallel)
     cfg = StreamConfig.build(config, **overrides)
     if not prompts:
         raise InvalidArgumentError("generate_batch() needs at least one prompt")

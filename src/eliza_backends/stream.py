@@ -500,6 +500,7 @@ def open_stream(
     owns = not isinstance(bundle, InferenceContext)
     context = InferenceContext(bundle) if not isinstance(bundle, InferenceContext) else bundle
     try:
+        context.check_batch_size(cfg.batch_size)
         # a concurrent context.close() waits for this open, the selection included (a closed
         # context is SessionClosedError, not a selection error about its removed folder)
         with context.opening():

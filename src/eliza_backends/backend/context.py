@@ -76,6 +76,19 @@ class InferenceContext:
         self._closing = False
         self._closed = False
 
+    def check_batch_size(self, batch_size: int) -> None:
+        """Refuse a session's ``batch_size`` below this context's ``parallel``
+        (:class:`InvalidArgumentError`, naming both): a batched step decodes one token of each
+        of the ``parallel`` sequences and carries at most ``batch_size`` tokens (llama.cpp's
+        ``n_batch``). One rule on every backend; ``open_stream`` checks it before anything
+        loads, and a batching backend's ``open`` before it builds the shared runtime."""
+        if batch_size < self.parallel:
+            raise InvalidArgumentError(
+                f"batch_size={batch_size} is below parallel={self.parallel}: a batched step "
+                f"decodes one token of each of the {self.parallel} sequences, so batch_size "
+                f"must be at least parallel; raise batch_size to {self.parallel} or more, or "
+                "open the context with a smaller parallel")
+
     @contextmanager
     def opening(self) -> Iterator[None]:
         """Hold this while opening a session on the context (``Factory.open``):

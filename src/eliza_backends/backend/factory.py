@@ -180,15 +180,16 @@ class Factory(ABC):
         ``"none"``, the core's :class:`~eliza_backends.runtime.speculative.NgramDrafter` for
         ``"ngram"``, :meth:`make_draft_model` for ``"model"``; ``"mtp"`` is refused here (a
         backend with an MTP drafter builds it in :meth:`open`: it reads the session's own
-        runtime state). ``greedy_only``: the backend verifies greedily only, so sampling with a
-        drafter is refused here. The session the drafter is handed to owns it (rewinds and
+        runtime state). ``greedy_only``: the backend verifies greedily only (its verify step
+        applies the repeat penalty as its plain path does), so sampling with a drafter is
+        refused here. The session the drafter is handed to owns it (rewinds and
         closes it)."""
         if config.drafter == "none":
             return None
-        if greedy_only and (not config.greedy or config.repeat_penalty != 1.0):
+        if greedy_only and not config.greedy:
             raise UnsupportedOperationError(
-                f"{self.name} speculative decoding is greedy-only here: use temperature=0 and "
-                "repeat_penalty=1 with a drafter, or drafter='none' to sample")
+                f"{self.name} speculative decoding is greedy-only here: use temperature=0 "
+                "with a drafter (a repeat penalty is fine), or drafter='none' to sample")
         if config.drafter == "ngram":
             return NgramDrafter(max_n=config.ngram_size)
         if config.drafter == "mtp":

@@ -20,9 +20,12 @@ import math
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from ..config import StreamConfig
 
 #: uvicorn's log levels that Python's logging knows too (``--log-level``).
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
@@ -93,11 +96,11 @@ def check_output_dir(path: str, what: str) -> None:
         raise InvalidArgumentError(f"{what} {path}: {exc.strerror or exc}") from None
 
 
-def check_stream_config(fields: dict[str, Any]) -> None:
+def check_stream_config(fields: dict[str, Any]) -> StreamConfig:
     """The sampling and size flags, validated as the :class:`StreamConfig` they become."""
     from ..config import StreamConfig
 
-    StreamConfig(**fields)
+    return StreamConfig(**fields)
 
 
 def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -134,13 +137,19 @@ def check_args(args: argparse.Namespace) -> None:
     sub = getattr(args, "bundle_command", None)
     if command in ("select", "generate", "chat", "bench", "serve"):
         check_input(args.bundle, "BUNDLE")
-    if command in ("generate", "chat", "serve", "bench"):
-        check_stream_config(config_from_args(args))
+    config = check_stream_config(config_from_args(args)) \
+        if command in ("generate", "chat", "serve", "bench") else None
     if command == "serve" and args.parallel is not None and (args.sessions or 1) > 1:
         raise InvalidArgumentError(
             f"--sessions {args.sessions} and --parallel {args.parallel}: give one of them "
             "(--parallel N batches N generations in one runtime context sharing every core; "
             "--sessions N runs N independent sessions splitting the cores)")
+    if command == "serve" and config is not None and args.parallel is not None and \
+            config.batch_size < args.parallel:
+        raise InvalidArgumentError(
+            f"--batch-size {config.batch_size} is below --parallel {args.parallel}: a batched "
+            "step decodes one token of each sequence, so --batch-size must be at least "
+            "--parallel")
     if command == "bundle" and sub == "verify":
         check_input(args.bundle, "BUNDLE")
     if command == "bundle" and sub == "create":

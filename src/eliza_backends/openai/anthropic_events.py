@@ -34,7 +34,7 @@ from .anthropic_types import (
     error_body,
 )
 from .generation import Generation
-from .types import ErrorDetail
+from .replies import ErrorDetail
 
 #: The core's end reasons in Anthropic's terms.
 STOP_REASONS: dict[str, StopReason] = {"eos": "end_turn", "stop": "stop_sequence",

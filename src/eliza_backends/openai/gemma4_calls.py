@@ -10,7 +10,8 @@ and a result as ``<|tool_response>response:get_weather{value:<|"|>...<|"|>}<tool
 Argument values are Gemma's own notation, not JSON: strings are wrapped in ``<|"|>`` (no
 escapes inside), dict keys are bare (``key:value``), and numbers, ``true``/``false``/``null``,
 ``[...]`` and ``{...}`` nest as in JSON. The model may think first
-(``<|channel>thought ...<channel|>``) and may write text before its calls.
+(``<|channel>thought ...<channel|>``) and may write text before its calls. Channel marks are
+removed outside quoted strings only: the inside of ``<|"|>...<|"|>`` is data, kept whole.
 
 :func:`parse_gemma4_reply` reads that text back into OpenAI ``tool_calls`` (``arguments`` as
 JSON text), following the grammar of llama.cpp's Gemma 4 parser (``common/parsers/gemma4.cpp``):
@@ -24,19 +25,21 @@ Pure functions; any thread.
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
 from collections.abc import Callable, Collection
 from typing import Any
 
+from . import json_numbers
+
 CALL_OPEN = "<|tool_call>call:"
 CALL_CLOSE = "<tool_call|>"
 QUOTE = '<|"|>'
 RESPONSE_OPEN = "<|tool_response>"
+CHANNEL_OPEN = "<|channel>"
+CHANNEL_CLOSE = "<channel|>"
 MAX_DEPTH = 64  # nesting of argument values; deeper is malformed
 
-_THOUGHT = re.compile(r"<\|channel>(?:(?!<\|channel>).)*?<channel\|>", re.S)
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _WS = " \t\r\n"
@@ -74,8 +77,30 @@ def parse_gemma4_reply(text: str, names: Collection[str] | None = None
 
 
 def _strip_channels(text: str) -> str:
-    """``text`` without complete ``<|channel>...<channel|>`` blocks and stray channel marks."""
-    return _THOUGHT.sub("", text).replace("<|channel>", "").replace("<channel|>", "")
+    """``text`` without complete ``<|channel>...<channel|>`` blocks (a block runs to the first
+    close with no other open before it) and stray channel marks, except inside quoted strings
+    (``<|"|>...<|"|>``, data: kept whole; an unclosed quote mark is just text)."""
+    out: list[str] = []
+    pos = 0
+    while True:
+        marks = [i for i in (text.find(QUOTE, pos), text.find(CHANNEL_OPEN, pos),
+                             text.find(CHANNEL_CLOSE, pos)) if i >= 0]
+        if not marks:
+            out.append(text[pos:])
+            return "".join(out)
+        at = min(marks)
+        out.append(text[pos:at])
+        if text.startswith(QUOTE, at):
+            end = text.find(QUOTE, at + len(QUOTE))
+            pos = at + len(QUOTE) if end < 0 else end + len(QUOTE)
+            out.append(text[at:pos])
+        elif text.startswith(CHANNEL_OPEN, at):
+            after = at + len(CHANNEL_OPEN)
+            close, reopen = text.find(CHANNEL_CLOSE, after), text.find(CHANNEL_OPEN, after)
+            whole = close >= 0 and not 0 <= reopen < close
+            pos = close + len(CHANNEL_CLOSE) if whole else after  # a block, or a stray open
+        else:
+            pos = at + len(CHANNEL_CLOSE)  # a stray close
 
 
 def _calls(text: str, pos: int) -> tuple[list[dict[str, Any]], int]:
@@ -91,7 +116,7 @@ def _calls(text: str, pos: int) -> tuple[list[dict[str, Any]], int]:
         pos = _skip(text, pos + len(CALL_CLOSE))
         calls.append({"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
                       "function": {"name": name.group(0),
-                                   "arguments": json.dumps(args, ensure_ascii=False)}})
+                                   "arguments": json_numbers.dumps(args)}})
     return calls, pos
 
 
@@ -119,7 +144,7 @@ def _value(text: str, pos: int, depth: int) -> tuple[Any, int]:
     number = _NUMBER.match(text, pos)
     if number is None:
         raise _Malformed(f"no value at {pos}")
-    return json.loads(number.group(0)), number.end()
+    return json_numbers.Number(number.group(0)), number.end()  # the literal, however large
 
 
 def _dict(text: str, pos: int, depth: int) -> tuple[dict[str, Any], int]:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ..backend.media_seq import PrefillPlan
@@ -119,8 +119,9 @@ class Generation:
         #: every generated token's logprob (when asked for); ``step_logprobs``: the last step's.
         #: They follow the text: a token's entry is released once all of its text is (the
         #: entries of held-back text wait), and a stop string drops the entries of the tokens
-        #: that reach past the cut, so the entries' tokens always spell a prefix of the text
-        #: (all of it unless the cut falls inside a token).
+        #: past the cut; the token the cut falls inside keeps its entry (its logprob, its
+        #: ``piece`` cut to the bytes in the text), so the entries' tokens always spell the
+        #: text exactly (what OpenAI clients rebuild it from).
         self.logprobs: list[TokenLogprob] | None = None
         self.step_logprobs: list[TokenLogprob] = []
         self._lp_held: list[TokenLogprob] = []
@@ -278,6 +279,9 @@ class Generation:
                 self._lp_start += len(entry.piece)
                 out.append(entry)
             if self.finish_reason == "stop":
+                cut = self._emitted - self._lp_start  # the text ends inside held[0]'s token
+                if held and cut > 0:
+                    out.append(replace(held[0], piece=held[0].piece[:cut]))
                 held.clear()  # tokens at or past the stop string: cut with their text
         self.step_logprobs = out
         if self.logprobs is not None:

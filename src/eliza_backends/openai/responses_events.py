@@ -28,6 +28,7 @@ from pydantic import BaseModel
 
 from .formatting import usage_of
 from .generation import Generation
+from .replies import ErrorDetail, ErrorResponse
 from .response_store import ResponseStore
 from .responses import conversation_reply
 from .responses_types import (
@@ -43,7 +44,6 @@ from .responses_types import (
     ResponseStatus,
     ResponseUsage,
 )
-from .types import ErrorDetail, ErrorResponse
 
 
 def _id(prefix: str) -> str:

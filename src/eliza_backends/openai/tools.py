@@ -34,6 +34,7 @@ from typing import Any
 
 from ..errors import InvalidArgumentError
 from ..structured.constraint import Constraint
+from . import json_numbers
 from .gemma4_calls import is_gemma4_template, parse_gemma4_reply
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -222,20 +223,22 @@ def parse_reply(text: str, *, native: Sequence[Tool] | None = None
     Text that is not such JSON (a reply cut short by ``max_tokens``) is returned as content.
     ``native``: the tools offered to an unconstrained Gemma 4 reply (:func:`native_calls`);
     the text is then read in Gemma 4's own syntax
-    (:func:`~eliza_backends.openai.gemma4_calls.parse_gemma4_reply`), same rule for bad text."""
+    (:func:`~eliza_backends.openai.gemma4_calls.parse_gemma4_reply`), same rule for bad text.
+    ``arguments`` are always JSON text: numbers keep the literals the model wrote
+    (:mod:`eliza_backends.openai.json_numbers`), however large."""
     if native is not None:
         return parse_gemma4_reply(text, {t.name for t in native})
     try:
-        data = json.loads(text)
-    except ValueError:
+        data = json_numbers.loads(text)  # numbers keep their literals (1e999, huge ints)
+    except (ValueError, RecursionError):
         return text, []
     if isinstance(data, dict) and isinstance(data.get("tool_calls"), list):
         calls = []
         for item in data["tool_calls"]:
             if isinstance(item, dict) and isinstance(item.get("name"), str):
                 calls.append({"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-                              "function": {"name": item["name"], "arguments": json.dumps(
-                                  item.get("arguments", {}), ensure_ascii=False)}})
+                              "function": {"name": item["name"], "arguments":
+                                           json_numbers.dumps(item.get("arguments", {}))}})
         return None, calls
     if isinstance(data, dict) and isinstance(data.get("content"), str):
         return data["content"], []

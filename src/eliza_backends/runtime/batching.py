@@ -38,13 +38,13 @@ decodes alone fill the budget; a backend that keeps ``parallel * longest decode 
 ``max_tokens`` (llama.cpp caps its draft length so) leaves room in every step, and the oldest
 prefill gets it: no share starves.
 
-**Failures and cancels.** A share whose callback raises fails alone: its submitter gets the
-exception, the other shares of the step are untouched. When ``decode`` raises, every share in
-that batch gets the exception (the runtime did not run the batch). A share whose ``cancelled``
-probe turns true is dropped at the next step boundary (it never reaches another decode, even
-when some of its pieces already did); its submitter gets :class:`~eliza_backends.errors.
-CancelledError`. The backend undoes what the dropped share's pieces wrote (it knows
-``start``).
+**Failures and cancels.** A share whose callback (``on_done`` or the ``cancelled`` probe)
+raises fails alone: its submitter gets the exception, the other shares are untouched. When
+``decode`` raises, every share in that batch gets the exception (the runtime did not run the
+batch). A share whose ``cancelled`` probe turns true is dropped at the next step boundary
+(it never reaches another decode, even when some of its pieces already did); its submitter
+gets :class:`~eliza_backends.errors.CancelledError`. The backend undoes what the dropped
+share's pieces wrote (it knows ``start``).
 
 **Native calls outside steps.** Everything else a backend does to the shared runtime context
 (dropping a sequence's positions, copying a prefix, saving its state) must not run while a step
@@ -454,12 +454,22 @@ class StepScheduler:
             del self._queued[share.seq]
 
     def _drop_cancelled(self) -> None:
-        for share in [s for s in self._queue if s.cancelled is not None and s.cancelled()]:
-            share.error = CancelledError(f"sequence {share.seq!r} was cancelled before its "
-                                         "share was decoded")
+        """Retire the shares whose ``cancelled`` probe is true (:class:`CancelledError`) or
+        raises (that exception, for that share alone)."""
+        for share in list(self._queue):
+            if share.cancelled is None:
+                continue
+            try:
+                if not share.cancelled():
+                    continue
+                share.error = CancelledError(f"sequence {share.seq!r} was cancelled before "
+                                             "its share was decoded")
+                self._totals["cancelled"] += 1
+            except BaseException as exc:  # the plugin's probe failed: its share fails alone
+                share.error = exc
+                self._totals["failed"] += 1
             self._retire(share)
             self._expected.discard(share.seq)
-            self._totals["cancelled"] += 1
             self._progress.notify_all()
 
     def _fail_queued(self) -> None:

@@ -43,10 +43,17 @@ class Sampler:
         rng: np.random.Generator = self._rng
         return rng
 
-    def penalize(self, logits: np.ndarray, history: Sequence[int]) -> np.ndarray:
-        """Apply the repeat penalty over the last ``repeat_last_n`` ids of ``history``
-        (a copy; ``logits`` is left as it was). Positive logits are divided by the penalty,
-        negative ones multiplied, as llama.cpp does."""
+    def penalize(self, logits: np.ndarray, history: Sequence[int], *,
+                 in_place: bool = False) -> np.ndarray:
+        """Apply the repeat penalty over the last ``repeat_last_n`` ids of ``history``: a
+        copy (``logits`` left as it was), or ``logits`` itself changed (``in_place``, a
+        float32 row). Positive logits are divided by the penalty, negative ones multiplied,
+        as llama.cpp does.
+
+        The one definition of the penalty window on every backend and path (drafted rounds
+        included): ``history`` is the session's whole sequence so far, prompt and generated
+        tokens alike (llama.cpp's ``penalty_last_n`` as llama-server applies it: it feeds the
+        prompt to its sampler too)."""
         import numpy as np
 
         cfg = self.config
@@ -54,7 +61,7 @@ class Sampler:
             return logits
         recent = np.unique(np.asarray(history[-cfg.repeat_last_n:], dtype=np.int64))
         recent = recent[(recent >= 0) & (recent < logits.shape[-1])]
-        out = np.array(logits, dtype=np.float32, copy=True)
+        out = logits if in_place else np.array(logits, dtype=np.float32, copy=True)
         vals = out[recent]
         out[recent] = np.where(vals > 0, vals / cfg.repeat_penalty, vals * cfg.repeat_penalty)
         return out

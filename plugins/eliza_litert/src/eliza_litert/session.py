@@ -171,10 +171,13 @@ class LiteRTSession(Session):
         return Decoded(self._cursor.decode(max_tokens, self._feed_pending, sample,
                                            self._stop_tokens, self._raise_if_cancelled))
 
-    def _verify(self, _seq: Sequence[int], drafts: list[int]) -> tuple[list[int], int]:
-        """Greedy verification through ``decode``, one accepted draft at a time."""
+    def _verify(self, seq: Sequence[int], drafts: list[int]) -> tuple[list[int], int]:
+        """Greedy verification through ``decode``, one accepted draft at a time (with a
+        repeat penalty, the sampler's greedy pick over ``seq`` and the drafts before it)."""
         if self._cursor.pending:
             self._feed_pending()
+        n = self.config.repeat_last_n if self.config.repeat_penalty != 1.0 else 0
+        recent = list(seq[max(0, len(seq) - n):]) if n else []
 
         def target(i: int) -> int:
             # the token after [last, d1..di]; called only when d1..d(i-1) were accepted, so
@@ -182,6 +185,8 @@ class LiteRTSession(Session):
             if i > 0:
                 self._raise_if_cancelled()
                 self._run_decode(drafts[i - 1])
+            if n:
+                return self._sampler.sample(self._logits, recent + drafts[:i])
             return int(self._logits.argmax())
 
         produced, n_ok = accept_greedy(drafts, target, self._ends_generation)

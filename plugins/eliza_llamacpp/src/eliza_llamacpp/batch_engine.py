@@ -220,7 +220,9 @@ def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
 def shared_engine(context: InferenceContext, model: LoadedModel, config: StreamConfig,
                   options: LlamaCppOptions) -> BatchEngine:
     """The engine of ``context`` for ``model`` and the settings that must match to share one
-    ``llama_context`` (threads, context and batch sizes, KV cache and flash attention)."""
+    ``llama_context`` (threads, context and batch sizes, KV cache and flash attention).
+    A ``batch_size`` below ``context.parallel`` is refused first (llama.cpp would abort)."""
+    context.check_batch_size(config.batch_size)
     key = ("llama.cpp-batched", str(model.path), config.threads or cpu_count(),
            config.context_size, config.batch_size, options.n_ubatch, options.flash_attention,
            options.kv_cache_type, options.n_gpu_layers, use_extra_buffers(options),

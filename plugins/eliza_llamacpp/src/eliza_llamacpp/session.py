@@ -83,10 +83,16 @@ class LlamaCppSession(Session):
         drafter, which would not see the media's positions)."""
         self._model = model
         self._media = media if linked is None else None
-        # speculative rounds with sampling or a repeat penalty go through the core's numpy
-        # sampler (the standard acceptance rule needs the target's probabilities)
-        self._spec_sampler = Sampler(config) if (drafter or linked) is not None and not (
-            config.greedy and config.repeat_penalty == 1.0) else None
+        # speculative rounds with sampling go through the core's numpy sampler (the standard
+        # acceptance rule needs the target's probabilities)
+        self._spec_sampler = Sampler(config) if (drafter or linked) is not None and \
+            not config.greedy else None
+        # the repeat penalty is the core's (Sampler.penalize: the last repeat_last_n tokens of
+        # the sequence, prompt included), applied to the logits row in place on every path
+        self._penalty = Sampler(config) if config.repeat_penalty != 1.0 and \
+            config.repeat_last_n > 0 else None
+        #: the tokens between the session's sequence and the row being sampled (this step's)
+        self._extra: Sequence[int] = ()
         self._linked: TargetLinkedDrafter | None = None
         self._sampler: Any = None
         self._lane = lane
@@ -103,7 +109,7 @@ class LlamaCppSession(Session):
             raise
         self._batched = lane.batched
         # the chain is exactly llama.cpp's greedy sampler then: the argmax gives its token
-        self._argmax = config.greedy and config.repeat_penalty == 1.0
+        self._argmax = config.greedy
         self._cursor = KVCursor()
         #: The last prefill's logits row, copied (a shared context's next step overwrites it);
         #: None on an own context, where the row stays readable, and once it was used.
@@ -134,10 +140,6 @@ class LlamaCppSession(Session):
     def _build_sampler(self, config: StreamConfig) -> Any:
         chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
         add = lc.llama_sampler_chain_add
-        if config.repeat_penalty != 1.0:
-            add(chain, lc.llama_sampler_init_penalties(
-                self._model.info.vocab_size, config.repeat_last_n, config.repeat_penalty, 0.0,
-                0.0))
         if config.greedy:
             add(chain, lc.llama_sampler_init_greedy())
             return chain
@@ -226,23 +228,35 @@ class LlamaCppSession(Session):
 
     def _pick(self, i: int) -> int:
         """The token for output row ``i`` of the last decode (-1: its last row): the logits
-        hook, then the argmax or the sampler chain."""
+        hook, the repeat penalty, then the argmax or the sampler chain."""
         guide = self._guide
-        if guide is None:
+        if guide is None and self._penalty is None:
             if self._argmax:
                 return int(self._row(i).argmax())
             return int(lc.llama_sampler_sample(self._sampler, self._lane.ctx, i))
-        guide.process(self._row(i))  # the core's logits hook: masked in place
+        if guide is not None:
+            guide.process(self._row(i))  # the core's logits hook: masked in place
+        self._penalize(self._row(i))
         tok = int(self._row(i).argmax()) if self._argmax else int(
             lc.llama_sampler_sample(self._sampler, self._lane.ctx, i))
-        guide.accept(tok)
+        if guide is not None:
+            guide.accept(tok)
         return tok
+
+    def _penalize(self, row: np.ndarray) -> None:
+        """The repeat penalty on ``row`` in place (none set: nothing): the core sampler's, over
+        the sequence so far and then :attr:`_extra`, the tokens before this row."""
+        penalty = self._penalty
+        if penalty is not None:
+            seq, n = self._sequence, self.config.repeat_last_n
+            penalty.penalize(row, [*seq[max(0, len(seq) - n):], *self._extra], in_place=True)
 
     def _pick_saved(self, row: np.ndarray) -> int:
         """:meth:`_pick` on a saved logits row."""
         guide = self._guide
         if guide is not None:
             guide.process(row)
+        self._penalize(row)
         tok = int(row.argmax()) if self._argmax else self._sample_row(row)
         if guide is not None:
             guide.accept(tok)
@@ -267,6 +281,7 @@ class LlamaCppSession(Session):
     def _decode_plain(self, max_tokens: int) -> Decoded:
         kv, lane, pick, cancelled = self._cursor, self._lane, self._pick, self._cancel_requested
         fed: list[int] = []  # the token sampled in the last feed's decode, not yet taken
+        self._extra = ()  # then the step's tokens so far (the loop's own list, below)
 
         def feed() -> None:
             """Decode the tokens the KV cache does not hold yet (usually the one sampled
@@ -283,7 +298,8 @@ class LlamaCppSession(Session):
             kv.n_kv += 1
             kv.pending = []
 
-        def sample(_out: list[int]) -> int:
+        def sample(out: list[int]) -> int:
+            self._extra = out  # (the same list all step: the next feed's pick sees it grow)
             if fed:
                 return fed.pop()
             saved, self._saved = self._saved, None
@@ -319,12 +335,17 @@ class LlamaCppSession(Session):
                 ) -> tuple[list[int], int]:
         """The acceptance rule over the verify rows ``base..base+k``."""
         sampler, pick = self._spec_sampler, self._pick
-        if sampler is None or (not drafts and self.config.repeat_penalty == 1.0):
+        if sampler is None or not drafts:
             # greedy, or a plain round (the policy's k = 0) that needs no probabilities: the
-            # C sampler chain, as without a drafter (the numpy one costs ~5 ms a token at a
-            # 262k vocabulary); with a repeat penalty the chain would not have seen the drafted
-            # rounds' tokens, so those rounds stay with the numpy sampler
-            return accept_greedy(drafts, lambda i: pick(base + i), self._ends_generation)
+            # pick of the path without a drafter (the numpy sampler costs ~5 ms a token at a
+            # 262k vocabulary), its repeat penalty seeing this step's tokens and the drafts
+            done = list(seq[len(self._sequence):])
+
+            def target(i: int) -> int:
+                self._extra = [*done, *drafts[:i]]
+                return pick(base + i)
+
+            return accept_greedy(drafts, target, self._ends_generation)
         recent = self.config.repeat_last_n
         window = list(seq[len(seq) - recent:])
 

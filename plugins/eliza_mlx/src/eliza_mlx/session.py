@@ -3,8 +3,11 @@
 Prefill runs the prompt through the model into the session's prompt cache
 (``make_prompt_cache``) the way mlx-lm's ``generate_step`` does: every token but the last in
 ``config.batch_size``-token chunks, evaluated one by one with ``cancel()`` checked between them,
-then the last token alone, whose logits give the first sample. Sampling uses mlx-lm's
-``make_sampler`` and logits processors built from the :class:`StreamConfig`.
+then the last token alone, whose logits give the first sample. Greedy decoding without a repeat
+penalty takes the argmax on the device; anything else (temperature, top-k/p, min-p, the repeat
+penalty) is the core's :class:`~eliza_backends.runtime.sampling.Sampler` on the host, the one
+every backend and a batched MLX row use, so a seed gives the same reply whether the session is
+batched or not (mlx's own sampler draws from a process-global generator).
 
 Decoding feeds ahead, as ``generate_step`` pipelines: once a token is sampled (lazily), its
 forward pass and the sampling of the token after it are queued with ``mx.async_eval`` *before*
@@ -33,7 +36,7 @@ from __future__ import annotations
 import os
 import struct
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -46,10 +49,6 @@ from mlx_lm.models.cache import (  # type: ignore[import-not-found,unused-ignore
     make_prompt_cache,
     save_prompt_cache,
 )
-from mlx_lm.sample_utils import (  # type: ignore[import-not-found,unused-ignore]
-    make_logits_processors,
-    make_sampler,
-)
 
 from eliza_backends import (
     BackendRuntimeError,
@@ -61,7 +60,7 @@ from eliza_backends import (
     StreamConfig,
     UnsupportedOperationError,
 )
-from eliza_backends.backend import Drafter, MediaItem, MediaTokens, accept_greedy
+from eliza_backends.backend import Drafter, MediaItem, MediaTokens, Sampler, accept_greedy
 
 from .mlx_thread import on_mlx_thread
 from .model import COMPUTE_STREAM, LoadedMLX, trim
@@ -104,21 +103,13 @@ class MLXSession(TokenizerHooks, Session):
             raise UnsupportedOperationError(
                 f"{loaded.folder.path.name}: this model's prompt cache cannot be trimmed, so it "
                 "cannot verify drafts (capabilities.drafters is {'none'}); use drafter='none'")
-        self._greedy = config.greedy
-        # mlx-lm refuses top_k >= the vocabulary (ValueError) where keeping every token is
-        # simply no top-k filter, as on the other backends
-        top_k = config.top_k if config.top_k < loaded.info.vocab_size else 0
-        self._sampler: Callable[[Any], Any] = _greedy if config.greedy else make_sampler(
-            temp=config.temperature, top_p=config.top_p, min_p=config.min_p, top_k=top_k)
-        self._processors: list[Callable[[Any, Any], Any]] = []
-        self._last_n = 0
+        self._last_n = 0  # the repeat penalty's window (0: no penalty)
         if config.repeat_penalty != 1.0 and config.repeat_last_n > 0:
-            # a window longer than the context sees the same tokens (and mlx slices with
-            # 32-bit indices: a huge one is a ValueError)
+            # a window longer than the context sees the same tokens
             self._last_n = min(config.repeat_last_n, config.context_size)
-            self._processors = make_logits_processors(
-                repetition_penalty=config.repeat_penalty,
-                repetition_context_size=self._last_n)
+        #: the core sampler (None: greedy without a penalty, the argmax on the device)
+        self._host: Sampler | None = Sampler(config) if not config.greedy or self._last_n \
+            else None
         self._n_kv = 0  # positions in the prompt cache (len(history), or one less: _pending)
         self._pending: int | None = None  # the stream's last token, not fed (nothing follows)
         # (token, logits it was sampled from): prefill already queued the forward pass of the
@@ -142,9 +133,9 @@ class MLXSession(TokenizerHooks, Session):
     # ------------------------------------------------------------------ sampling
 
     def _seed(self) -> None:
-        # mlx's sampling PRNG is process-global: reseeded on open and on every rewind.
-        if not self._greedy:
-            mx.random.seed(self.config.seed)
+        # the sampler's generator starts over from the seed on open and on every rewind
+        if self._host is not None:
+            self._host.reset()
 
     def _tail(self, ids: Sequence[int], lazy: Any = None) -> Any:
         """The recent tokens the repetition penalty looks at (``lazy``: a pending token)."""
@@ -156,19 +147,18 @@ class MLXSession(TokenizerHooks, Session):
         return lazy if tail is None else mx.concatenate([tail, lazy])
 
     def _launch(self, logits: Any, tail: Any) -> None:
-        """Queue the sampling of the next token from ``logits`` (not waited for)."""
+        """The next token from ``logits`` (shape (1, vocab)): the argmax queued on the device
+        (not waited for) when greedy without a penalty, else the core sampler's draw on the
+        host, its repeat penalty over ``tail`` (the recent tokens, :meth:`_tail`)."""
         self._logits = logits
-        if self._processors and tail is not None:
-            for processor in self._processors:
-                logits = processor(tail, logits)
-        if not self._greedy:
-            # in float32: mlx-lm scales the logprobs by 1/temperature, which overflows a
-            # float16 row to -inf (all of it: junk tokens) at temperatures near the greedy
-            # threshold (1e-5: a logprob of -0.7 becomes -7e4, past float16's -65504)
-            logits = logits.astype(mx.float32)
-            logits = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-        self._y = self._sampler(logits)
-        mx.async_eval(self._y)  # type: ignore[no-untyped-call,unused-ignore]
+        host = self._host
+        if host is None:
+            self._y = _greedy(logits)
+            mx.async_eval(self._y)  # type: ignore[no-untyped-call,unused-ignore]
+            return
+        row = np.array(logits[0].astype(mx.float32))
+        recent = [] if tail is None else cast(list[int], tail.tolist())
+        self._y = mx.array([host.sample(row, recent)], dtype=mx.uint32)
 
     # ------------------------------------------------------------------ hooks
 
@@ -206,17 +196,17 @@ class MLXSession(TokenizerHooks, Session):
                     mx.eval(self._logits)
                     self._pending = None
                     return
-                tail = self._tail(history + token_ids) if self._processors else None
+                tail = self._tail(history + token_ids) if self._last_n else None
                 self._launch(out[:, -1, :], tail)
                 # queue the first token's forward pass now, as generate_step does (undone
                 # by _undo_ahead, so only while the cache can be trimmed: a sliding layer's
-                # past its window cannot, e.g. after an image block before more media)
-                if self._trimmable and can_trim_prompt_cache(cache):
+                # past its window cannot, e.g. after an image block before more media; not
+                # with the host sampler: an undone draw would shift the seeded sequence)
+                if self._trimmable and self._host is None and can_trim_prompt_cache(cache):
                     y, logits = self._y, self._logits
                     nxt = model(y[None], cache=cache)[:, -1, :]
                     self._n_kv += 1
-                    self._launch(nxt, self._tail(history + token_ids, y)
-                                 if self._processors else None)
+                    self._launch(nxt, None)  # (greedy, no penalty: no tail)
                     self._ahead = (y, logits)
                     mx.eval(y)
                 else:
@@ -285,7 +275,7 @@ class MLXSession(TokenizerHooks, Session):
         out: list[int] = []
         model, cache, cancelled = self._model, self._cache, self._cancel_requested
         stops = self._stop_tokens
-        processors = bool(self._processors)
+        processors = bool(self._last_n)
         # The stream surely ends after this step (budget or context): its last token is not fed
         # ahead, it waits in _pending for a prefill that continues the sequence.
         ends = self._stream_ends_with(max_tokens)
@@ -328,7 +318,7 @@ class MLXSession(TokenizerHooks, Session):
             raise BackendRuntimeError("the MLX prompt cache was lost by an interrupted call; "
                                       "call reset() before decoding again")
         model, cache, stops = self._model, self._cache, self._stop_tokens
-        processors = bool(self._processors)
+        processors = bool(self._last_n)
         out: list[int] = []
         with mx.stream(COMPUTE_STREAM):
             for i in range(max_tokens):
@@ -395,14 +385,14 @@ class MLXSession(TokenizerHooks, Session):
         self._logits = self._y = None
         return ahead
 
-    def _verify(self, _seq: Sequence[int], drafts: list[int]) -> tuple[list[int], int]:
+    def _verify(self, seq: Sequence[int], drafts: list[int]) -> tuple[list[int], int]:
         r = self._round
         start, pending = self._n_kv, self._pending
         try:
             with mx.stream(COMPUTE_STREAM):
-                targets, last = self._forward_drafts(drafts, r.ahead)
+                targets, last = self._forward_drafts(seq, drafts, r.ahead)
                 if not drafts:
-                    tok = self._feed_ahead(targets[-1:], r)
+                    tok = self._feed_ahead(seq, targets[-1:], r)
                     r.made += 1
                     return [tok], 0
                 verdict = cast(list[int], targets.tolist())
@@ -426,32 +416,50 @@ class MLXSession(TokenizerHooks, Session):
         r.made += len(produced)
         return produced, n_ok
 
-    def _forward_drafts(self, drafts: list[int], ahead: Any) -> tuple[Any, int]:
+    def _forward_drafts(self, seq: Sequence[int], drafts: list[int], ahead: Any
+                        ) -> tuple[Any, int]:
         """The target's token at every position of the round (lazy) and the cache position of
         the sequence's last token: one model call over ``[pending, *drafts]``, or over
-        ``drafts`` with ``ahead`` as d1's target when the last token is already fed."""
+        ``drafts`` with ``ahead`` as d1's target when the last token is already fed.
+        ``seq``: the sequence so far (its last token is the pending or fed one)."""
         model, cache, start = self._model, self._cache, self._n_kv
         if ahead is None:  # feed the pending token (with the drafts, if any)
             logits = model(mx.array([self._pending, *drafts], dtype=mx.uint32)[None],
                            cache=cache)
             self._n_kv += 1 + len(drafts)
             self._pending = None
-            return _greedy(logits[0]), start
+            return self._targets(logits[0], seq, drafts), start
         if not drafts:
             return ahead, start - 1
         logits = model(mx.array(drafts, dtype=mx.uint32)[None], cache=cache)
         self._n_kv += len(drafts)
-        return mx.concatenate([ahead, _greedy(logits[0])]), start - 1
+        targets = self._targets(logits[0], [*seq, drafts[0]], drafts[1:])
+        return mx.concatenate([ahead, targets]), start - 1
 
-    def _feed_ahead(self, y: Any, r: _Round) -> int:
+    def _targets(self, logits: Any, before: Sequence[int], inputs: Sequence[int]) -> Any:
+        """The greedy token after each row of ``logits`` (shape (n, vocab)): the argmax on
+        the device, or with a repeat penalty the core sampler's pick on the host, row ``i``'s
+        window ending with ``before + inputs[:i]`` (as the plain path would see it)."""
+        host = self._host
+        if host is None:
+            return _greedy(logits)
+        rows = np.array(logits.astype(mx.float32))
+        recent = list(before[max(0, len(before) - self._last_n):]) if self._last_n else []
+        return mx.array([host.sample(rows[i], recent + list(inputs[:i]))
+                         for i in range(rows.shape[0])], dtype=mx.uint32)
+
+    def _feed_ahead(self, seq: Sequence[int], y: Any, r: _Round) -> int:
         """One token decoded the way the plain path does: its forward pass queued before
-        waiting for its value (unless it is the stream's last: then it pends)."""
+        waiting for its value (unless it is the stream's last: then it pends). ``seq``: the
+        sequence before ``y``."""
         if r.ends and r.made + 1 == r.max_tokens:
             r.ahead = None
             tok: int = y.item()
             self._pending = tok
         else:
-            r.ahead = _greedy(self._model(y[None], cache=self._cache)[:, -1, :])
+            logits = self._model(y[None], cache=self._cache)[:, -1, :]
+            r.ahead = _greedy(logits) if self._host is None else \
+                self._targets(logits, [*seq, y.item()], ())
             self._n_kv += 1
             mx.async_eval(r.ahead)  # type: ignore[no-untyped-call,unused-ignore]
             tok = y.item()
@@ -567,7 +575,7 @@ class MLXSession(TokenizerHooks, Session):
         self._stale = False
         self._seed()
         with mx.stream(COMPUTE_STREAM):
-            self._launch(logits, self._tail(tokens) if self._processors else None)
+            self._launch(logits, self._tail(tokens) if self._last_n else None)
             mx.eval(self._y)
 
     # ------------------------------------------------------------------ teardown
