@@ -105,6 +105,21 @@ def test_two_replicas_answer_the_openai_client(served: str,
                                                                  "content": "hi"}])
 
 
+def test_the_responses_and_messages_routes_are_served_too(
+        served: str, expected: dict[str, str | None]) -> None:
+    """The replicas run the server's app, so ``/v1/responses`` and Anthropic's ``/v1/messages``
+    answer as ``/v1/chat/completions`` does."""
+    question = QUESTIONS[0]
+    client = openai.OpenAI(base_url=served, api_key="unused", max_retries=0, timeout=60)
+    reply = client.responses.create(model="tiny", input=question, max_output_tokens=MAX_TOKENS,
+                                    store=False)  # (each replica has its own store)
+    assert reply.output_text == expected[question]
+    message = httpx.post(served.removesuffix("/v1") + "/v1/messages", timeout=60, json={
+        "model": "tiny", "max_tokens": MAX_TOKENS,
+        "messages": [{"role": "user", "content": question}]}).json()
+    assert message["content"][0]["text"] == expected[question]
+
+
 def _replica_actors() -> list[Any]:
     names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
              if "SERVE_REPLICA" in a["name"]]

@@ -65,6 +65,10 @@ if TYPE_CHECKING:  # what the names in _LAZY are, for type checkers (tests/test_
         chat_completion as chat_completion,
         completion as completion,
     )
+    from .openai.local_fronts import (
+        messages as messages,
+        responses as responses,
+    )
     from .config import (
         StreamConfig as StreamConfig,
         StreamOverrides as StreamOverrides,
@@ -139,6 +143,8 @@ _LAZY: dict[str, str] = {
     "render_chat": "prompt.chat",
     "chat_completion": "openai.local",
     "completion": "openai.local",
+    "messages": "openai.local_fronts",
+    "responses": "openai.local_fronts",
     "StreamConfig": "config",
     "StreamOverrides": "config",
     "InferenceContext": "backend.context",
@@ -199,6 +205,9 @@ def _submodule(name: str) -> ModuleType:
     if name == "openai.local":
         from .openai import local
         return local
+    if name == "openai.local_fronts":
+        from .openai import local_fronts
+        return local_fronts
     if name == "registry":
         from . import registry
         return registry

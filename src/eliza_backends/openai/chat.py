@@ -9,12 +9,13 @@ by. The responses are formatted by :class:`~.formatting.Responder` ``("chat", ..
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
-from ..errors import UnsupportedOperationError
+from ..errors import RequestError, UnsupportedOperationError
 from ..media import MediaLimits
 from ..prompt.chat import render_chat
 from .generation import GenerationJob
-from .types import ChatCompletionRequest, request_output
+from .types import ChatCompletionRequest, parse_request, request_output
 
 #: The request field a prompt error names.
 PROMPT_PARAM = "messages"
@@ -32,6 +33,24 @@ def chat_job(request: ChatCompletionRequest,
                          n=request.n, media=media)
 
 
+def chat_request_of(fields: Mapping[str, Any], names: Mapping[str, str]
+                    ) -> ChatCompletionRequest:
+    """The chat request of another front-end's request translated into chat ``fields``
+    (``/v1/responses``, ``/v1/messages`` run as the equivalent chat request); an error names
+    the other API's field: ``names`` maps a chat field to it (``response_format`` ->
+    ``text.format``), and a nested chat path (``messages.3``, whose index the translation
+    shifts) is named by its top field."""
+    try:
+        return parse_request(ChatCompletionRequest, dict(fields))  # type: ignore[no-any-return]
+    except RequestError as exc:
+        head = (exc.param or "").partition(".")[0]
+        theirs = names.get(head, head)
+        message = exc.message.replace(f"{head}:", f"{theirs}:") if head else exc.message
+        raise RequestError(message.replace("response_format", names.get(
+            "response_format", "response_format")), param=theirs or None,
+            error_code=exc.error_code) from None
+
+
 def prompt_text(request: ChatCompletionRequest, template: str | None,
                 template_tokens: Mapping[str, str], model: str) -> str:
     """``request``'s messages rendered with the model's chat ``template`` (and its special
@@ -44,4 +63,4 @@ def prompt_text(request: ChatCompletionRequest, template: str | None,
                        add_generation_prompt=True, **template_tokens)
 
 
-__all__ = ["PROMPT_PARAM", "chat_job", "prompt_text"]
+__all__ = ["PROMPT_PARAM", "chat_job", "chat_request_of", "prompt_text"]

@@ -11,7 +11,9 @@ usage (:func:`usage_of`). Both OpenAI front-ends, in process (:mod:`.local`) and
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel
 
 from ..structured.logprobs import TokenLogprob
 from .generation import Generation
@@ -26,6 +28,8 @@ from .types import (
     Completion,
     CompletionChoice,
     CompletionLogprobs,
+    ErrorDetail,
+    ErrorResponse,
     FunctionCall,
     LogprobItem,
     OpenAIFinishReason,
@@ -39,10 +43,40 @@ from .types import (
 )
 
 
+class Formatter(Protocol):
+    """An API front-end's shapes of one answer (:class:`Responder`: OpenAI chat and text;
+    :class:`~.responses_events.ResponsesFormatter`: Responses): the objects of a streamed
+    answer, each sent as one server-sent event, and the object of a whole one. The server
+    (:mod:`eliza_backends.server.run`) and the in-process API (:mod:`.local`) drive it alike:
+    :meth:`opening` when a choice starts, :meth:`step` after each of its steps, :meth:`closing`
+    after the last choice (streamed), or :meth:`final` (whole)."""
+
+    #: each event carries an ``event:`` line naming the object's ``type`` (Responses,
+    #: Anthropic); False: data lines only (OpenAI chunks)
+    named_events: bool
+    #: the data of the stream's last event (OpenAI's ``[DONE]``), or None
+    done_marker: str | None
+
+    def opening(self, index: int, generation: Generation) -> list[BaseModel]: ...
+
+    def step(self, index: int, text: str, generation: Generation) -> list[BaseModel]: ...
+
+    def closing(self, generations: Sequence[Generation], include_usage: bool
+                ) -> list[BaseModel]: ...
+
+    def final(self, generations: Sequence[Generation]) -> BaseModel: ...
+
+    def error_body(self, status: int, error: ErrorDetail, streaming: bool
+                   ) -> dict[str, Any]: ...
+
+
 class Responder:
     """Builds one response's OpenAI objects: the chunks of a streamed response and the final
     object of a non-streamed one. ``kind`` is ``"chat"`` or ``"text"``; ``model`` is the id
-    the response names."""
+    the response names. A :class:`Formatter`."""
+
+    named_events = False
+    done_marker: str | None = "[DONE]"
 
     def __init__(self, kind: Literal["chat", "text"], model: str) -> None:
         self.kind = kind
@@ -84,6 +118,29 @@ class Responder:
                                        choices=[], usage=usage)
         return Completion(id=self.id, created=self.created, model=self.model, choices=[],
                           usage=usage)
+
+    def opening(self, index: int, generation: Generation) -> list[BaseModel]:
+        """The events that open choice ``index`` (:meth:`first_chunk`, if any), once its
+        ``generation`` started."""
+        first = self.first_chunk(index)
+        return [] if first is None else [first]
+
+    def step(self, index: int, text: str, generation: Generation) -> list[BaseModel]:
+        """The chunk of one step of choice ``index``: none when the step adds no text, ends
+        nothing and has no logprobs."""
+        gen = generation
+        if not (text or gen.done or gen.step_logprobs):
+            return []
+        return [self.chunk(index, text, gen.finish_reason, gen)]
+
+    def closing(self, generations: Sequence[Generation], include_usage: bool
+                ) -> list[BaseModel]:
+        """The usage chunk when ``include_usage`` (after every choice)."""
+        return [self.usage_chunk(usage_of(generations))] if include_usage else []
+
+    def error_body(self, status: int, error: ErrorDetail, streaming: bool) -> dict[str, Any]:
+        """OpenAI's error body (the same in a stream's last event)."""
+        return ErrorResponse(error=error).model_dump()
 
     def final(self, generations: Sequence[Generation]) -> ChatCompletion | Completion:
         """The non-streamed response of finished ``generations`` (one per choice)."""
@@ -152,4 +209,5 @@ def usage_of(generations: Sequence[Generation]) -> Usage:
                  if speculated else None)
 
 
-__all__ = ["Responder", "assistant_message", "chat_logprobs", "text_logprobs", "usage_of"]
+__all__ = ["Formatter", "Responder", "assistant_message", "chat_logprobs", "text_logprobs",
+           "usage_of"]

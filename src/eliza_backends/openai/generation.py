@@ -145,6 +145,12 @@ class Generation:
         self.first_token_at: float | None = None
         self.stop = tuple(stop)
 
+    def prompt_length(self) -> int:
+        """How many tokens :meth:`start` would prefill for the prompt (messages rendered with
+        the template and the tools, media expanded); on the stream's consumer thread."""
+        prompt = self._prompt_ids()
+        return len(prompt.ids if isinstance(prompt, PrefillPlan) else prompt)
+
     def _prompt_ids(self) -> list[int] | PrefillPlan:
         """The prompt's ids; a plan when its messages hold images or audio (decoded and
         expanded by the session's backend before anything is prefilled)."""

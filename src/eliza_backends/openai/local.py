@@ -29,6 +29,8 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, overload
 
+from pydantic import BaseModel
+
 from ..backend.context import InferenceContext
 from ..config import StreamConfig
 from ..errors import InvalidArgumentError
@@ -36,7 +38,7 @@ from ..serving import SESSION_FIELDS, SessionKey, model_name, serving_config, se
 from ..stream import Stream, open_stream
 from .chat import chat_job
 from .completions import completion_job
-from .formatting import Responder, usage_of
+from .formatting import Formatter, Responder
 from .generation import Generation, GenerationJob
 from .types import (
     ChatCompletion,
@@ -48,7 +50,7 @@ from .types import (
 )
 
 
-class _LocalStreams:
+class LocalStreams:
     """The streams one in-process call generates on: the caller's own stream (whose settings
     must match the request's), or streams opened on a bundle or context, closed afterwards."""
 
@@ -98,8 +100,8 @@ class _LocalStreams:
             self._context.close()
 
 
-def _run_local(job: GenerationJob, responder: Responder, streams: _LocalStreams, *,
-               stream: bool, include_usage: bool) -> Any:
+def run_local(job: GenerationJob, responder: Formatter, streams: LocalStreams, *,
+              stream: bool, include_usage: bool) -> Any:
     """Drive ``job``'s choices on ``streams`` (closed when the call or its iterator ends),
     formatted by ``responder``: the final object, or an iterator of chunks."""
     current: list[Generation] = []  # the completion running (ended if the call is left)
@@ -127,21 +129,16 @@ def _run_local(job: GenerationJob, responder: Responder, streams: _LocalStreams,
         finally:
             close()
 
-    def chunks() -> Iterator[ChatCompletionChunk | Completion]:
+    def chunks() -> Iterator[BaseModel]:
         finished = []
         try:
             for index in range(job.n):
                 gen = started(index)
-                first = responder.first_chunk(index)
-                if first is not None:
-                    yield first
+                yield from responder.opening(index, gen)
                 while not gen.done:
-                    text = gen.step()
-                    if text or gen.done or gen.step_logprobs:
-                        yield responder.chunk(index, text, gen.finish_reason, gen)
+                    yield from responder.step(index, gen.step(), gen)
                 finished.append(gen)
-            if include_usage:
-                yield responder.usage_chunk(usage_of(finished))
+            yield from responder.closing(finished, include_usage)
         finally:
             close()
 
@@ -155,21 +152,27 @@ def _serve_locally(request: ChatCompletionRequest | CompletionRequest,
     """``request`` answered on ``target`` (see :func:`chat_completion`)."""
     chat = isinstance(request, ChatCompletionRequest)
     job = chat_job(request) if chat else completion_job(request)  # type: ignore[arg-type]
-    streams = _LocalStreams(target, config, backend)
+    streams = LocalStreams(target, config, backend)
     responder = Responder("chat" if chat else "text",
                           model or request.model or model_name(streams.bundle_dir))
-    return _run_local(job, responder, streams, stream=request.stream,
-                      include_usage=request.include_usage)
+    return run_local(job, responder, streams, stream=request.stream,
+                     include_usage=request.include_usage)
 
 
 def _request(kind: type[ChatCompletionRequest] | type[CompletionRequest],
              fields: dict[str, Any], extra: Mapping[str, Any]) -> Any:
-    """The request of a Python call, through the one validation layer (:func:`parse_request`):
-    tuples become lists and mappings dicts (the JSON shapes); anything else is left for the
-    validation to refuse with an :class:`InvalidArgumentError` naming the field."""
+    """The request of a Python call, through the one validation layer (:func:`parse_request`)
+    of its :func:`request_data`."""
+    return parse_request(kind, request_data(fields, extra))
+
+
+def request_data(fields: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """The request body of a Python call's arguments: ``fields`` that are not None, and
+    ``extra``; tuples become lists and mappings dicts (the JSON shapes); anything else is left
+    for the validation to refuse with an :class:`InvalidArgumentError` naming the field."""
     data = {k: _as_json(v) for k, v in fields.items() if v is not None}
     data.update({k: _as_json(v) for k, v in extra.items()})
-    return parse_request(kind, data)
+    return data
 
 
 def _as_json(value: Any) -> Any:
@@ -272,4 +275,4 @@ def completion(target: str | os.PathLike[str] | InferenceContext | Stream,
     return result
 
 
-__all__ = ["chat_completion", "completion"]
+__all__ = ["LocalStreams", "chat_completion", "completion", "request_data", "run_local"]

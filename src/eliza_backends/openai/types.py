@@ -24,7 +24,7 @@ session already held (prefix reuse), as OpenAI does for its prompt cache.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -64,6 +64,7 @@ _STRICT = ConfigDict(extra="forbid", strict=True)
 #: The deepest nesting of arrays and objects a request may have (a JSON schema or tool
 #: parameters nest a few levels; thousands only exhaust the stack of whatever walks them).
 MAX_DEPTH = 64
+_Model = TypeVar("_Model", bound=BaseModel)
 
 
 # --------------------------------------------------------------------------- requests
@@ -394,6 +395,18 @@ def parse_request(model: type[GenerationRequest], data: Any) -> Any:
     decoded object. Every problem, and every unsupported feature, in one
     :class:`RequestError` (an :class:`InvalidArgumentError`; its ``param`` names the first
     offending field)."""
+    request = validate_body(model, data)
+    problems = unsupported_fields(request)
+    if problems:
+        raise RequestError("; ".join(problems), param=None)
+    request_output(request)  # a bad response_format / tools is refused before any work
+    return request
+
+
+def validate_body(model: type[_Model], data: Any) -> _Model:
+    """``data`` (a JSON body, or the decoded object) validated as ``model``: decoded, refused
+    when nested deeper than :data:`MAX_DEPTH`, validated strictly; each failure is a
+    :class:`RequestError` naming the field. Every API front-end's request goes through it."""
     if isinstance(data, bytes | bytearray | str):
         data = decode_body(data)
     if not isinstance(data, dict):
@@ -410,10 +423,6 @@ def parse_request(model: type[GenerationRequest], data: Any) -> Any:
         first = exc.errors()[0]["loc"]
         raise RequestError(describe_validation_error(exc, "request"),
                            param=".".join(str(p) for p in first) or None) from None
-    problems = unsupported_fields(request)
-    if problems:
-        raise RequestError("; ".join(problems), param=None)
-    request_output(request)  # a bad response_format / tools is refused before any work
     return request
 
 
@@ -457,4 +466,5 @@ __all__ = [
     "request_output",
     "too_deep",
     "unsupported_fields",
+    "validate_body",
 ]

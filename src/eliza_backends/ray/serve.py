@@ -15,10 +15,13 @@ Each replica (:class:`OpenAIReplica`) is one Ray actor process running exactly w
 ``eliza-backends serve`` runs: a :class:`~eliza_backends.server.SessionPool` (its own model load,
 ``parallel`` concurrent generations batched in one runtime context, or ``sessions``
 independent ones, and a bounded queue) under the Starlette app of
-:func:`~eliza_backends.server.create_app`, so routes, error bodies, streaming and ``/health``
-are the same. As with ``serve``, neither given means ``parallel="auto"``: 8 sequences decoded
-together on a batching backend (llama.cpp), one session on another. Ray Serve's proxy routes
-requests to replicas and scales them (``num_replicas``, or ``autoscaling_config``);
+:func:`~eliza_backends.server.create_app`, so routes (``/v1/responses`` and Anthropic's
+``/v1/messages`` too), error bodies, streaming and ``/health`` are the same; each replica has
+its own response store, so ``previous_response_id`` finds a response only on the replica that
+made it (send ``store: false`` and the whole conversation, or route a client to one replica).
+As with ``serve``, neither given means ``parallel="auto"``: 8 sequences decoded together on a
+batching backend (llama.cpp), one session on another. Ray Serve's proxy routes requests
+to replicas and scales them (``num_replicas``, or ``autoscaling_config``);
 ``max_ongoing_requests`` defaults to what a pool accepts (its sessions plus its queue), so
 Serve queues the rest instead of the pool answering 429.
 

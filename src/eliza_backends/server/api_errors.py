@@ -64,15 +64,17 @@ def api_error(exc: BaseException, *, prompt_param: str = "messages") -> ApiError
                     code="internal_error")
 
 
-def sse(data: Any) -> bytes:
-    """One server-sent event carrying ``data`` (a model, a dict, or ``"[DONE]"``)."""
+def sse(data: Any, event: str | None = None) -> bytes:
+    """One server-sent event carrying ``data`` (a model, a dict, or ``"[DONE]"``), named
+    ``event`` when given (the Responses and Anthropic streams name each event)."""
     if isinstance(data, str):
         text = data
     elif hasattr(data, "model_dump_json"):
         text = data.model_dump_json(exclude_none=True)
     else:
         text = json.dumps(data)
-    return f"data: {text}\n\n".encode()
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {text}\n\n".encode()
 
 
 __all__ = ["ApiError", "api_error", "sse"]

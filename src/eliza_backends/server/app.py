@@ -1,9 +1,12 @@
 """The OpenAI-compatible HTTP API, as a Starlette ASGI application over a :class:`SessionPool`.
 
-Routes: ``POST /v1/chat/completions`` and ``POST /v1/completions`` (JSON, or server-sent events
-with ``"stream": true``), ``GET /v1/models`` (and ``/v1/models/{id}``), ``GET /health``.
+Routes: ``POST /v1/chat/completions``, ``POST /v1/completions`` and ``POST /v1/responses`` (JSON,
+or server-sent events with ``"stream": true``; stored responses at ``GET`` / ``DELETE
+/v1/responses/{id}``), Anthropic's ``POST /v1/messages`` (and ``/v1/messages/count_tokens``),
+``GET /v1/models`` (and ``/v1/models/{id}``), ``GET /health``.
 
-Errors always have OpenAI's body, ``{"error": {"message", "type", "param", "code"}}``:
+Errors have OpenAI's body, ``{"error": {"message", "type", "param", "code"}}`` (Anthropic's,
+``{"type": "error", "error": {"type", "message"}}``, on ``/v1/messages``):
 
 =====  ==========================================================================
 400    a request that does not validate (unknown field, wrong type, empty messages,
@@ -38,7 +41,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -48,15 +51,22 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..media import MediaLimits
-from ..openai import chat, completions
-from ..openai.formatting import Responder
-from ..openai.generation import GenerationJob
+from ..openai import anthropic_messages, chat, completions, responses
+from ..openai.anthropic_events import MessagesFormatter
+from ..openai.anthropic_types import MessagesRequest, TokenCount
+from ..openai.anthropic_types import error_body as anthropic_error_body
+from ..openai.formatting import Formatter, Responder
+from ..openai.generation import Generation, GenerationJob
+from ..openai.response_store import ResponseStore
+from ..openai.responses_events import ResponsesFormatter
+from ..openai.responses_types import ResponseDeleted, ResponsesRequest
 from ..openai.types import (
     ChatCompletionRequest,
     CompletionRequest,
     ModelCard,
     ModelList,
     parse_request,
+    validate_body,
 )
 from .api_errors import ApiError, api_error, sse
 from .auth import ApiKeyGuard
@@ -111,11 +121,14 @@ class OpenAIServer:
     files)."""
 
     def __init__(self, pool: SessionPool, model: str, *, max_body: int = MAX_BODY,
-                 media: MediaLimits | None = None) -> None:
+                 media: MediaLimits | None = None,
+                 response_store: ResponseStore | None = None) -> None:
         self.pool = pool
         self.media = media
         self.model = model
         self.max_body = max_body
+        #: the responses ``previous_response_id`` and ``GET /v1/responses/{id}`` find
+        self.response_store = response_store if response_store is not None else ResponseStore()
         self.created = int(time.time())
 
     # ------------------------------------------------------------------ plain routes
@@ -164,8 +177,9 @@ class OpenAIServer:
             self._check_model(req.model)
             routing = chat.prompt_text(req, self.pool.chat_template, self.pool.template_tokens,
                                        self.model)
-            return await self._generate(request, chat.chat_job(req, self.media), req, "chat",
-                                        routing)
+            return await self._generate(request, chat.chat_job(req, self.media),
+                                        Responder("chat", self.model), routing, req.stream,
+                                        req.include_usage)
         except Exception as exc:
             return self._fail(request, exc, chat.PROMPT_PARAM)
 
@@ -174,28 +188,101 @@ class OpenAIServer:
             req = parse_request(CompletionRequest, await self._body(request))
             self._check_model(req.model)
             routing = completions.prompt_text(req)
-            return await self._generate(request, completions.completion_job(req), req, "text",
-                                        routing)
+            return await self._generate(request, completions.completion_job(req),
+                                        Responder("text", self.model), routing, req.stream,
+                                        req.include_usage)
         except Exception as exc:
             return self._fail(request, exc, completions.PROMPT_PARAM)
+
+    # ------------------------------------------------------------------ responses
+
+    async def responses(self, request: Request) -> Response:
+        """``POST /v1/responses``: the Responses front-end (:mod:`eliza_backends.openai.responses`)
+        over the same core, stored in :attr:`response_store` when ``store``."""
+        try:
+            req = validate_body(ResponsesRequest, await self._body(request))
+            self._check_model(req.model)
+            plan = responses.responses_plan(req, self.response_store)
+            routing = chat.prompt_text(plan.chat, self.pool.chat_template,
+                                       self.pool.template_tokens, self.model)
+            formatter = ResponsesFormatter(req, self.model, plan.conversation,
+                                           self.response_store)
+            return await self._generate(request, plan.job, formatter, routing, req.stream,
+                                        False)
+        except Exception as exc:
+            return self._fail(request, exc, responses.PROMPT_PARAM)
+
+    async def stored_response(self, request: Request) -> Response:
+        """``GET`` / ``DELETE /v1/responses/{id}``: a stored response, or forget it."""
+        response_id = request.path_params["response_id"]
+        entry = self.response_store.get(response_id)
+        if entry is None:
+            return ApiError(404, f"no stored response {response_id!r} (made with store: false, "
+                            "deleted, evicted, or the server restarted)",
+                            param="response_id", code="not_found").response()
+        if request.method == "DELETE":
+            self.response_store.delete(response_id)
+            return JSONResponse(ResponseDeleted(id=response_id).model_dump())
+        return JSONResponse(entry.response.model_dump(exclude_none=True))
+
+    # ------------------------------------------------------------------ Anthropic messages
+
+    async def messages(self, request: Request) -> Response:
+        """``POST /v1/messages``: Anthropic's Messages API
+        (:mod:`eliza_backends.openai.anthropic_messages`) over the same core, with Anthropic's
+        events and error bodies."""
+        try:
+            req = validate_body(MessagesRequest, await self._body(request))
+            self._check_model(req.model)
+            chat_req = anthropic_messages.chat_request(req)
+            routing = chat.prompt_text(chat_req, self.pool.chat_template,
+                                       self.pool.template_tokens, self.model)
+            return await self._generate(request, chat.chat_job(chat_req),
+                                        MessagesFormatter(req, self.model), routing,
+                                        req.stream, False)
+        except Exception as exc:
+            return self._fail(request, exc, anthropic_messages.PROMPT_PARAM,
+                              anthropic_error_body)
+
+    async def count_tokens(self, request: Request) -> Response:
+        """``POST /v1/messages/count_tokens``: the prompt's tokens as ``/v1/messages`` would
+        prefill them (template, tools), tokenized on a leased session."""
+        try:
+            req = validate_body(MessagesRequest, await self._body(request))
+            self._check_model(req.model)
+            job = chat.chat_job(anthropic_messages.chat_request(req, need_budget=False))
+            config = job.session_config(self.pool.config)
+            lease = await self.pool.acquire("", config)
+            try:
+                length = await lease.call(lambda stream: Generation.of_job(stream, job)
+                                          .prompt_length())
+            finally:
+                await lease.release(lease.slot.text)
+            return JSONResponse(TokenCount(input_tokens=length).model_dump())
+        except Exception as exc:
+            return self._fail(request, exc, anthropic_messages.PROMPT_PARAM,
+                              anthropic_error_body)
 
     def _check_model(self, name: str | None) -> None:
         if name is not None and name != self.model:
             raise self._unknown_model(name)
 
-    def _fail(self, request: Request, exc: BaseException, param: str) -> Response:
+    def _fail(self, request: Request, exc: BaseException, param: str,
+              shape: Callable[[int, str], dict[str, Any]] | None = None) -> Response:
+        """The error response of ``exc``: OpenAI's body, or ``shape(status, message)``'s."""
         error = api_error(exc, prompt_param=param)
         request.scope[_LOG_KEY]["error"] = error.detail.code or error.detail.type
-        return error.response()
+        if shape is None:
+            return error.response()
+        return JSONResponse(shape(error.status, error.detail.message),
+                            status_code=error.status, headers=error.headers)
 
-    async def _generate(self, request: Request, job: GenerationJob,
-                        req: ChatCompletionRequest | CompletionRequest,
-                        kind: Literal["chat", "text"], routing: str) -> Response:
-        """Starts ``job`` (of ``req``) on a leased session (its first choice's prompt is decoded
-        before this returns, so prompt errors become plain HTTP errors) and answers it, whole
-        or streamed."""
+    async def _generate(self, request: Request, job: GenerationJob, responder: Formatter,
+                        routing: str, stream: bool, include_usage: bool) -> Response:
+        """Starts ``job`` on a leased session (its first choice's prompt is decoded before
+        this returns, so prompt errors become plain HTTP errors) and answers it, whole or
+        streamed (``stream``), in ``responder``'s shapes."""
         log: dict[str, Any] = request.scope[_LOG_KEY]
-        responder = Responder(kind, self.model)
         configs = [job.session_config(self.pool.config, i) for i in range(job.n)]
         lease = await self.pool.acquire(routing, configs[0])
         log["slot"] = lease.slot.index
@@ -205,8 +292,8 @@ class OpenAIServer:
             lease.release()
             raise
         log["prompt_tokens"], log["cached_tokens"] = first.prompt_tokens, first.cached_tokens
-        run = GenerationRun(job, req.include_usage, configs, lease, first, log, routing, responder)
-        if not req.stream:
+        run = GenerationRun(job, include_usage, configs, lease, first, log, routing, responder)
+        if not stream:
             return await run.whole(self._cancel_on_disconnect(request, lease))
         return GenerationResponse(run.events(), lease)
 
@@ -232,7 +319,8 @@ def create_app(pool: SessionPool, *, model: str, max_body: int = MAX_BODY,
     async def not_found(request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
         message = (f"no route {request.method} {request.url.path}; this server has "
-                   "/v1/chat/completions, /v1/completions, /v1/models and /health"
+                   "/v1/chat/completions, /v1/completions, /v1/responses, /v1/messages, /v1/models "
+                   "and /health"
                    if status in (404, 405) else str(exc))
         return ApiError(status, message, code="not_found" if status == 404 else None
                         ).response()
@@ -248,6 +336,11 @@ def create_app(pool: SessionPool, *, model: str, max_body: int = MAX_BODY,
         Route("/v1/models/{model:path}", server.model_card, methods=["GET"]),
         Route("/v1/chat/completions", server.chat_completions, methods=["POST"]),
         Route("/v1/completions", server.completions, methods=["POST"]),
+        Route("/v1/responses", server.responses, methods=["POST"]),
+        Route("/v1/responses/{response_id}", server.stored_response,
+              methods=["GET", "DELETE"]),
+        Route("/v1/messages", server.messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", server.count_tokens, methods=["POST"]),
     ], exception_handlers=handlers)
     app.state.server = server
     return AccessLog(ApiKeyGuard(app, api_key) if api_key else app)

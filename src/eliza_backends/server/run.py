@@ -4,8 +4,10 @@ answer whole or as server-sent events.
 A route turns its request into the core's :class:`~eliza_backends.openai.generation.GenerationJob`,
 leases a session and starts the first choice (:func:`starter`, on the slot's thread), then hands
 the rest to a :class:`GenerationRun`: it runs the job's choices step by step on the slot's
-thread (:meth:`Lease.run_steps`), formats them with the route's :class:`Formatter` (the OpenAI
-routes': :class:`~eliza_backends.openai.formatting.Responder`; a later front-end brings its own)
+thread (:meth:`Lease.run_steps`), formats them with the route's
+:class:`~eliza_backends.openai.formatting.Formatter` (the OpenAI routes':
+:class:`~eliza_backends.openai.formatting.Responder`; ``/v1/responses``':
+:class:`~eliza_backends.openai.responses_events.ResponsesFormatter`)
 and gives the lease back exactly once, however the answer ends (finished, failed, cancelled,
 the client gone: :class:`GenerationResponse`).
 """
@@ -14,35 +16,19 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
-from pydantic import BaseModel
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from ..config import StreamConfig
 from ..errors import CancelledError
-from ..openai.formatting import usage_of
+from ..openai.formatting import Formatter
 from ..openai.generation import Generation, GenerationJob
-from ..openai.types import OpenAIFinishReason, Usage
 from ..stream import Stream
 from .api_errors import ApiError, api_error, sse
 from .pool import Lease
-
-
-class Formatter(Protocol):
-    """What a route's answer looks like: the objects of a streamed answer (each sent as one
-    event) and of a whole one (see :class:`~eliza_backends.openai.formatting.Responder`)."""
-
-    def first_chunk(self, index: int) -> BaseModel | None: ...
-
-    def chunk(self, index: int, text: str, finish: OpenAIFinishReason | None,
-              generation: Generation | None = None) -> BaseModel: ...
-
-    def usage_chunk(self, usage: Usage) -> BaseModel: ...
-
-    def final(self, generations: Sequence[Generation]) -> BaseModel: ...
 
 
 class GenerationResponse(StreamingResponse):
@@ -127,9 +113,10 @@ class GenerationRun:
         except Exception as exc:
             self.note_end("cancelled" if isinstance(exc, CancelledError) else "error")
             if isinstance(exc, CancelledError) and lease.cancel_reason is not None:
-                return ApiError(499 if "client" in lease.cancel_reason else 503,
-                                f"generation stopped: {lease.cancel_reason}",
-                                type="server_error", code="cancelled").response()
+                return self.error_response(ApiError(
+                    499 if "client" in lease.cancel_reason else 503,
+                    f"generation stopped: {lease.cancel_reason}", type="server_error",
+                    code="cancelled"))
             raise
         finally:
             watcher.cancel()
@@ -138,30 +125,38 @@ class GenerationRun:
         await freed
         return JSONResponse(self.responder.final(self.finished).model_dump(exclude_none=True))
 
+    def error_response(self, error: ApiError) -> Response:
+        """``error`` as an HTTP response in the route's error shape."""
+        return JSONResponse(self.responder.error_body(error.status, error.detail, False),
+                            status_code=error.status, headers=error.headers)
+
+    def _event(self, data: Any) -> bytes:
+        name = getattr(data, "type", None) if self.responder.named_events else None
+        return sse(data, event=name)
+
     async def events(self) -> AsyncIterator[bytes]:
         """The server-sent events of a streamed answer."""
         responder, lease, outcome = self.responder, self.lease, "cancelled"
         try:
             async for index, gen, text in self.choices():
-                if text is None:
-                    chunk = responder.first_chunk(index)
-                    if chunk is not None:
-                        yield sse(chunk)
-                elif text or gen.done or gen.step_logprobs:
-                    yield sse(responder.chunk(index, text, gen.finish_reason, gen))
-            if self.include_usage:
-                yield sse(responder.usage_chunk(usage_of(self.finished)))
+                events = responder.opening(index, gen) if text is None else \
+                    responder.step(index, text, gen)
+                for event in events:
+                    yield self._event(event)
+            for event in responder.closing(self.finished, self.include_usage):
+                yield self._event(event)
             await lease.release(self.held_text())
-            yield sse("[DONE]")
+            if responder.done_marker is not None:
+                yield sse(responder.done_marker)
             outcome = "ok"
         except Exception as exc:
             if isinstance(exc, CancelledError) and lease.cancel_reason is not None:
-                message = f"generation stopped: {lease.cancel_reason}"
-                yield sse(ApiError(503, message, type="server_error",
-                                   code="cancelled").body())
+                error = ApiError(503, f"generation stopped: {lease.cancel_reason}",
+                                 type="server_error", code="cancelled")
             else:
-                outcome = "error"
-                yield sse(api_error(exc).body())
+                outcome, error = "error", api_error(exc)
+            body = responder.error_body(error.status, error.detail, True)
+            yield sse(body, event="error" if responder.named_events else None)
         finally:
             self.note_end(outcome)
             lease.release(self.held_text())
