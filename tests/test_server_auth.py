@@ -104,3 +104,23 @@ def test_a_public_server_without_a_key_warns_and_the_env_key_guards() -> None:
         assert httpx.get(guarded.url + "/models", timeout=30).status_code == 401
         assert httpx.get(guarded.url + "/models", headers={"x-api-key": KEY},
                          timeout=30).status_code == 200
+
+
+def test_anthropic_clients_get_their_own_401_and_the_key_by_x_api_key(
+        server: ServerProcess) -> None:
+    import anthropic
+
+    body = {"model": "tiny", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+    for path in ("/v1/messages", "/v1/messages/count_tokens"):
+        resp = _call(server, "POST", path, body, {"x-api-key": WRONG})
+        assert resp.status_code == 401, (path, resp.text)
+        assert resp.json()["type"] == "error"
+        assert resp.json()["error"]["type"] == "authentication_error"
+        assert KEY not in resp.text and WRONG not in resp.text
+        assert _call(server, "POST", path, body, {"x-api-key": KEY}).status_code == 200
+    with pytest.raises(anthropic.AuthenticationError):
+        anthropic.Anthropic(base_url=server.root, api_key=WRONG, max_retries=0).messages.create(
+            model="tiny", max_tokens=2, messages=[{"role": "user", "content": "hi"}])
+    reply = anthropic.Anthropic(base_url=server.root, api_key=KEY, max_retries=0).messages.create(
+        model="tiny", max_tokens=2, messages=[{"role": "user", "content": "hi"}])
+    assert reply.usage.output_tokens == 2

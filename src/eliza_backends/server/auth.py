@@ -4,7 +4,8 @@
 :data:`API_KEY_ENV` environment variable), a request is let through when it sends
 ``Authorization: Bearer KEY`` (OpenAI's clients) or ``x-api-key: KEY`` (Anthropic's); any
 other request, to any path but :data:`OPEN_PATHS` (an unknown route too, so the guard tells
-nothing about the routes), gets 401 with OpenAI's error body (``code: invalid_api_key``) and a
+nothing about the routes), gets 401 with OpenAI's error body (``code: invalid_api_key``; Anthropic's
+``authentication_error`` body on ``/v1/messages``) and a
 ``WWW-Authenticate: Bearer`` header. The comparison takes the same time wherever the sent key
 first differs (:func:`hmac.compare_digest` over SHA-256 digests, so not even the key's length
 leaks). The key is never logged: the access log records neither headers nor the key, and the
@@ -20,9 +21,11 @@ import hashlib
 import hmac
 import ipaddress
 
+from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import InvalidArgumentError
+from ..openai.anthropic_types import error_body
 from .api_errors import ApiError
 
 #: The environment variable ``eliza-backends serve`` reads the key from when ``--api-key`` is
@@ -32,6 +35,8 @@ API_KEY_ENV = "ELIZA_API_KEY"
 
 #: Paths served without a key (a load balancer's health check has none).
 OPEN_PATHS = frozenset({"/health"})
+#: Paths whose 401 has Anthropic's error body (``authentication_error``), not OpenAI's.
+ANTHROPIC_PATHS = ("/v1/messages",)
 
 
 def _digest(key: bytes) -> bytes:
@@ -87,8 +92,11 @@ class ApiKeyGuard:
         message = ("the API key is not valid for this server" if sent else
                    "this server needs an API key: send it as 'Authorization: Bearer KEY' "
                    "(OpenAI clients: api_key=KEY) or 'x-api-key: KEY'")
-        response = ApiError(401, message, code="invalid_api_key",
-                            headers={"WWW-Authenticate": "Bearer"}).response()
+        headers = {"WWW-Authenticate": "Bearer"}
+        if scope.get("path", "").startswith(ANTHROPIC_PATHS):  # Anthropic's clients read theirs
+            response: Response = JSONResponse(error_body(401, message), 401, headers=headers)
+        else:
+            response = ApiError(401, message, code="invalid_api_key", headers=headers).response()
         await response(scope, receive, send)
 
 
