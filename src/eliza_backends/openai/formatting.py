@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from ..structured.logprobs import TokenLogprob
 from .generation import Generation
-from .types import (
+from .replies import (
     AssistantMessage,
     ChatChoice,
     ChatCompletion,
