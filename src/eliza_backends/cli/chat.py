@@ -196,10 +196,12 @@ def _attach(stream: Stream, kind: str, path: str, pending: list[dict[str, Any]])
 
 
 def _chat_command(stream: Stream, line: str, messages: list[dict[str, Any]],
-                  system: list[dict[str, Any]], pending: list[dict[str, Any]]
+                  system: list[dict[str, Any]], pending: list[dict[str, Any]] | None = None
                   ) -> tuple[list[dict[str, Any]], str] | None:
     """Run a ``/command``: the new messages and a notice, or None for ``/quit``. ``pending``:
-    the media parts attached to the next message."""
+    the media parts attached to the next message (the REPL's list; None: a fresh one)."""
+    if pending is None:
+        pending = []
     name, _, arg = line.strip().partition(" ")
     arg = arg.strip()
     if name in ("/quit", "/exit", "/bye"):
