@@ -97,7 +97,10 @@ def test_the_manifest_names_the_assistant_as_an_mtp_draft(bundle: Path) -> None:
     arts = {a.path: a for a in load_manifest(bundle).artifacts}
     mtp = arts["text/draft/mtp/gemma4-tiny-assistant-f32.gguf"]
     assert (mtp.format, mtp.role, mtp.kind) == ("gguf", "draft", "mtp")
-    assert {a.role for p, a in arts.items() if p != mtp.path} == {"model"}
+    # the assistant's MLX folder beside it (mlx-vlm's drafter on the MLX backend, issue 38)
+    mtp_mlx = arts["text/draft/mtp/gemma4-tiny-assistant-mlx"]
+    assert (mtp_mlx.format, mtp_mlx.role, mtp_mlx.kind) == ("mlx", "draft", "mtp")
+    assert {a.role for p, a in arts.items() if p not in (mtp.path, mtp_mlx.path)} == {"model"}
     report = json.loads((bundle / "convert.json").read_text(encoding="utf-8"))
     assert report["model"]["architecture"] == "gemma4"
     assert report["model"]["layer_types"] == ["sliding_attention", "full_attention"] * 2
