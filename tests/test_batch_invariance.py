@@ -81,7 +81,7 @@ def test_the_opt_in_shared_steps_batch_the_sequences_together(alone: list[list[i
     model shows at a near-tie (the module docstring), so only the lengths are checked here."""
     got, stats = _batched(batch_invariant=False)
     assert [len(g) for g in got] == [len(a) for a in alone]
-    assert stats.mean_batch > 1.5, stats.batch_sizes
+    assert stats.mean_batch > 1.2, stats.batch_sizes  # (3 streams; a loaded machine delays some)
 
 
 def test_the_default_copies_only_whole_batches_of_a_shared_prefix() -> None:
