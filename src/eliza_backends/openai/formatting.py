@@ -164,9 +164,10 @@ class Responder:
 
 
 def assistant_message(gen: Generation) -> AssistantMessage:
-    """The message of a finished chat generation: its tool calls, or its text."""
+    """The message of a finished chat generation: its tool calls (with the text the model
+    wrote beside them, if any), or its text."""
     if gen.tool_calls:
-        return AssistantMessage(content=None, tool_calls=[
+        return AssistantMessage(content=gen.content, tool_calls=[
             ToolCall(id=c["id"], function=FunctionCall(**c["function"]))
             for c in gen.tool_calls])
     return AssistantMessage(content=gen.content if gen.holds_reply else gen.text)
