@@ -143,7 +143,7 @@ def test_plain_answers_stream_as_they_are_written() -> None:
     assert reader.feed("Sure, ").content == ["Sure, "]
     assert reader.feed("the answer <|tool").content == ["the answer "]
     assert reader.feed("_call>call:f{").content == []
-    got = reader.feed(f"a:1}}<tool_call|>")
+    got = reader.feed("a:1}<tool_call|>")
     assert got.content == [] and _named(got.calls) == [("f", {"a": 1})]
     reader = Gemma4Reader({"f": {}})
     assert reader.feed("<|channel>thought\nhmm").content == []
@@ -166,7 +166,7 @@ def test_repaired_shapes_beyond_the_corpus() -> None:
         ('<|tool_call>{"name": "f", "arguments": {"b": 1e999}}<tool_call|>', None,
          [("f", {"b": float("inf")})]),
         # text after a call with no close tag: the call, then content
-        (f"<|tool_call>call:f{{b:1}} Done.", "Done.", [("f", {"b": 1})]),
+        ("<|tool_call>call:f{b:1} Done.", "Done.", [("f", {"b": 1})]),
         # a fenced JSON call as the whole reply
         ('```json\n{"name": "f", "arguments": {"a": "z"}}\n```', None, [("f", {"a": "z"})]),
     ]

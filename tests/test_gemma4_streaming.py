@@ -13,6 +13,7 @@ Gemma 4 template.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -116,7 +117,7 @@ def _messages(stream: Stream, case: dict[str, Any]) -> Iterator[tuple[str | None
     text = "".join(e.delta["text"] for e in events if e.type == "content_block_delta"
                    and e.delta["type"] == "text_delta")
     calls = [(e.content_block["name"], json.loads(d.delta["partial_json"]))
-             for e, d in zip(events, events[1:], strict=False)
+             for e, d in itertools.pairwise(events)
              if e.type == "content_block_start" and e.content_block["type"] == "tool_use"]
     yield (text or None) if calls else text, calls
 

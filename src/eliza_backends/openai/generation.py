@@ -43,8 +43,14 @@ from ..stream import Stream
 from ..structured.logits import OutputSpec
 from ..structured.logprobs import TokenLogprob
 from .gemma4_reader import Gemma4Reader
-from .tools import Tool, native_calls, native_constraint, native_tools, parse_reply, \
-    prepare_messages
+from .tools import (
+    Tool,
+    native_calls,
+    native_constraint,
+    native_tools,
+    parse_reply,
+    prepare_messages,
+)
 from .types import OpenAIFinishReason
 
 #: Why a generation ended: the stream's reason (an end token, a stop string, the budget, the
