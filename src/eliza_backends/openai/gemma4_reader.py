@@ -318,8 +318,9 @@ class Gemma4Reader:
     def _close(self, pos: int, limit: int, closed: bool, final: bool,
                repairs: list[str]) -> int:
         """Where the call's text ends after its arguments (at ``pos``): past its
-        ``<tool_call|>`` and any repeated one; extra closing brackets before it are dropped,
-        other text before it makes the call malformed."""
+        ``<tool_call|>`` (a repeated one is dropped by :meth:`_after_call`); extra closing
+        brackets before it are dropped, other text before it makes the call malformed (with
+        no ``<tool_call|>`` at all, the call ends with its arguments)."""
         text = self.text
         if pos < limit and not closers_only(text[pos:limit]):
             if closed:
