@@ -147,10 +147,10 @@ class Gemma4Reader:
         found = [i for i in (text.find(m, pos) for m in _MARKERS) if i >= 0]
         if found:
             return min(found)
-        if not final:
-            for start in range(max(pos, len(text) - len(OPEN_DRIFTED) + 1), len(text)):
-                if any(m.startswith(text[start:]) for m in _MARKERS):
-                    return start
+        if not final:  # a partial marker holds its one '<' (every marker starts with it)
+            start = text.rfind("<", max(pos, len(text) - len(OPEN_DRIFTED) + 1))
+            if start >= 0 and any(m.startswith(text[start:]) for m in _MARKERS):
+                return start
         return len(text)
 
     def _channel(self, pos: int, final: bool) -> Reading:
