@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_gemma4_tools import PARSED
+from test_gemma4_tools import MALFORMED, PARSED
 
 from eliza_backends.openai.gemma4_calls import parse_gemma4_reply
 from eliza_backends.openai.gemma4_reader import Gemma4Reader, read_gemma4_reply
@@ -131,6 +131,19 @@ def test_well_formed_replies_read_as_the_strict_parser(
     assert [c["function"]["arguments"] for c in got] == \
         [c["function"]["arguments"] for c in strict]
     assert _read_in_pieces(text, list(text), {n: {} for n, _ in calls}) == (content, calls)
+
+
+def test_the_strict_parsers_malformed_cases() -> None:
+    """What the tolerant reader makes of the texts the strict parser refuses: an unterminated
+    string closed by the call's own brace, a call missing only its close tag, a bare word
+    value, a call followed by text are recovered; a call with no name and one nested past the
+    limit stay content."""
+    got = [read_gemma4_reply(t) for t in MALFORMED]
+    london = [("get_time", {"city": "London"})]
+    assert [_named(calls) for _, calls in got] == \
+        [london, london, london, [], [("get_time", {"city": "x"})], []]
+    assert [content for content, _ in got] == \
+        [None, None, None, MALFORMED[3], "and then more text", MALFORMED[5]]
 
 
 def test_plain_answers_stream_as_they_are_written() -> None:
