@@ -84,6 +84,7 @@ class Gemma4Reader:
         self.eligible = True  # a bare call:name{ may start here
         self.ended = False  # a <|tool_response> was read: the rest is not the model's turn
         self.after_call = False  # right after a call (whitespace, extra <tool_call|> dropped)
+        self._seen = (-1, 0)  # (a call's start, how far its end was looked for in vain)
         self.content: list[str] = []
         self.calls: list[dict[str, Any]] = []
 
@@ -126,7 +127,8 @@ class Gemma4Reader:
             if found is not None:
                 return found
             self.eligible = False
-        at = self._next_marker(pos, final)
+        at = pos if any(text.startswith(m, pos) for m in _MARKERS) else \
+            self._next_marker(pos, final)
         if at > pos:
             self.pos = at
             return Reading(content=[text[pos:at]])
@@ -247,10 +249,14 @@ class Gemma4Reader:
         next call, or a ``<|tool_response>`` (the model ended it: True), else the end of the
         text."""
         text = self.text
-        found = [i for i in (text.find(m, after) for m in (CLOSE, OPEN, OPEN_DRIFTED, RESPONSE))
+        start, seen = self._seen
+        begin = max(after, seen) if start == after else after
+        found = [i for i in (text.find(m, begin) for m in (CLOSE, OPEN, OPEN_DRIFTED, RESPONSE))
                  if i >= 0]
         if found:
             return min(found), True
+        # not there yet: the next look starts where a marker could still begin
+        self._seen = (after, max(after, len(text) - len(RESPONSE)))
         if not final:
             raise _Pending
         return len(text), False
