@@ -32,13 +32,13 @@ from .gemma4_values import QUOTE
 
 _GENERIC = r"""
 gv: gstr | GNUM | "true" | "false" | "null" | gobj | garr
-gstr: QT STR QT
+gstr: STR
 gobj: "{" (GKEY ":" gv ("," GKEY ":" gv)*)? "}"
 garr: "[" (gv ("," gv)*)? "]"
 GKEY: /[A-Za-z_][A-Za-z0-9_]*/
 GNUM: /-?(0|[1-9][0-9]{0,18})(\.[0-9]{1,18})?([eE][+-]?[0-9]{1,3})?/
 INT: /-?(0|[1-9][0-9]{0,18})/
-STR: /(?s:.*)/ & ~/(?s:.*<\|"\|>.*)/
+STR: /<\|"\|>(?s:.*)<\|"\|>/ & ~/(?s:.+)<\|"\|>(?s:.+)/
 """
 
 
@@ -107,8 +107,9 @@ class _Rules:
         bound = f"{low},{high}" if isinstance(high, int) else f"{low},"
         self.count += 1
         term = f"S{self.count}"
-        self.lines.append(f'{term}: /(?s:.{{{bound}}})/ & ~/(?s:.*<\\|"\\|>.*)/')
-        return self.add(f"QT {term} QT")
+        self.lines.append(f'{term}: /<\\|"\\|>(?s:.{{{bound}}})<\\|"\\|>/ & '
+                          '~/(?s:.+)<\\|"\\|>(?s:.+)/')
+        return term
 
     def _constant(self, value: Any) -> str:
         if isinstance(value, str):
@@ -132,10 +133,12 @@ class _Rules:
         # rest[i]: the members from i on, after one was written (each with its comma);
         # first[i]: the members from i on, none written yet
         rest, first = "", ""
-        for member, needed in reversed(parts):
+        for i in range(len(parts) - 1, -1, -1):
+            member, needed = parts[i]
             tail = rest
-            rest = self.add(f'"," {member} {tail}'.strip()) if needed else \
-                self.add(f'("," {member})? {tail}'.strip())
+            if i:  # (the first member is never after another)
+                rest = self.add(f'"," {member} {tail}'.strip()) if needed else \
+                    self.add(f'("," {member})? {tail}'.strip())
             first = self.add(f"{member} {tail}".strip()) if needed else \
                 self.add(f"{member} {tail} | {first}".strip(" |") if first
                          else f"({member} {tail})?".strip())
