@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..structured.constraint import Constraint
-from .gemma4_values import QUOTE
+from .gemma4_calls import QUOTE
 
 _GENERIC = r"""
 gv: gstr | GNUM | "true" | "false" | "null" | gobj | garr

@@ -36,16 +36,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import json_numbers
+from .gemma4_calls import CALL_CLOSE as CLOSE
+from .gemma4_calls import CHANNEL_CLOSE, CHANNEL_OPEN
+from .gemma4_calls import RESPONSE_OPEN as RESPONSE
 from .gemma4_values import ArgumentReader, Malformed, closers_only
 
 log = logging.getLogger("eliza_backends.openai.tool_calls")
 
-OPEN = "<|tool_call>"
-OPEN_DRIFTED = "<|tool_call|>"
-CLOSE = "<tool_call|>"
-RESPONSE = "<|tool_response>"
-CHANNEL_OPEN = "<|channel>"
-CHANNEL_CLOSE = "<channel|>"
+OPEN = "<|tool_call>"  # a call's opener (CALL_OPEN is it with 'call:')
+OPEN_DRIFTED = "<|tool_call|>"  # the opener as some models drift it
 _MARKERS = (OPEN, OPEN_DRIFTED, CLOSE, CHANNEL_OPEN, CHANNEL_CLOSE)
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _WS = " \t\r\n"

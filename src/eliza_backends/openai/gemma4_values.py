@@ -26,11 +26,8 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from . import json_numbers
+from .gemma4_calls import MAX_DEPTH, NUMBER, QUOTE
 
-QUOTE = '<|"|>'
-MAX_DEPTH = 64  # nesting of argument values; deeper is malformed
-
-_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
 _BARE_KEY = re.compile(r"[^:=,{}()\[\]<>\s\"']+")
 _ANY_KEY = r"[A-Za-z_][A-Za-z0-9_.-]*"
 _WS = " \t\r\n"
@@ -156,7 +153,7 @@ class ArgumentReader:
         for word, literal in (("true", True), ("false", False), ("null", None)):
             if self.at(pos, word) and self._ends_value(pos + len(word)):
                 return literal, pos + len(word)
-        number = _NUMBER.match(text, pos, self.limit)
+        number = NUMBER.match(text, pos, self.limit)
         if number is not None and self._ends_value(number.end()):
             return json_numbers.Number(number.group(0)), number.end()
         return self._raw(pos, stack, siblings)
@@ -273,4 +270,4 @@ def closers_only(text: str) -> bool:
     return all(c in _WS or c in _CLOSERS for c in text)
 
 
-__all__ = ["QUOTE", "ArgumentReader", "Malformed", "closers_only", "properties"]
+__all__ = ["ArgumentReader", "Malformed", "closers_only", "properties"]
