@@ -104,3 +104,18 @@ def test_past_the_rule_the_engine_is_asked() -> None:
     assert media.audio_soft_tokens(media.AUDIO_HOP * (media.AUDIO_MAX_FRAMES + 1)) is None
     assert media.planned_soft_tokens(_image(120, 84), None) is None  # no patchify fields
     assert media.image_soft_tokens(120, 84, (4, 8, 630)) is None  # non-square patches
+
+
+def test_the_oracles_audio_front_end_frames_as_the_engine_counts() -> None:
+    """tools/litert_audio_frontend.py (the LiteRT-LM oracle's audio features) gives a clip the
+    frames whose subsampling is the engine's soft-token count, at every length above."""
+    import sys
+
+    from eliza_litert.litert_lm_media import audio_soft_tokens
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    import litert_audio_frontend
+
+    for samples in LENGTHS:
+        frames = len(litert_audio_frontend.log_mel(np.zeros(samples, np.float32)))
+        assert (frames + 3) // 4 == audio_soft_tokens(samples), samples
