@@ -132,7 +132,7 @@ def _make(kind: MediaKind, array: np.ndarray, source: str) -> MediaItem:
     array = _numpy().ascontiguousarray(array)
     array.setflags(write=False)
     h = hashlib.sha256(f"{kind}:{array.dtype.str}:{array.shape}:".encode())
-    h.update(array.tobytes())
+    h.update(array.data)  # (C-contiguous: hashed in place, no copy)
     return MediaItem(kind, array, h.hexdigest(), source)
 
 
@@ -152,7 +152,8 @@ def image_from_bytes(data: bytes, limits: MediaLimits = DEFAULT_LIMITS) -> Media
             _check_pixels(width, height, limits)
             fmt = (im.format or "").lower()
             im.load()  # decodes; a truncated file fails here
-            rgb = im.convert("RGB")
+            pixels = _numpy().asarray(im if im.mode == "RGB" else im.convert("RGB"),
+                                      dtype="uint8")
     except UnidentifiedImageError:
         raise MediaError(
             f"the image data is not a {' / '.join(IMAGE_FORMATS)} image (or it is damaged); "
@@ -165,7 +166,7 @@ def image_from_bytes(data: bytes, limits: MediaLimits = DEFAULT_LIMITS) -> Media
     except (OSError, SyntaxError, ValueError, EOFError, MemoryError) as exc:
         raise MediaError(f"the image is corrupt or truncated and cannot be decoded ({exc}); "
                          "send the whole file") from None
-    return _make("image", _numpy().asarray(rgb, dtype="uint8"), fmt)
+    return _make("image", pixels, fmt)
 
 
 def image_from_rgb(pixels: Any, limits: MediaLimits = DEFAULT_LIMITS) -> MediaItem:

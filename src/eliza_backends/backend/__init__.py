@@ -47,7 +47,16 @@ from .factory import Factory
 from .hookspecs import hookimpl
 from .model_info import ModelInfo
 from .session import Session
-from .types import Availability, Capabilities, Decoded, FinishReason, MediaSpan, MediaTokens, Step
+from .types import (
+    Availability,
+    Capabilities,
+    Decoded,
+    FinishReason,
+    MediaReference,
+    MediaSpan,
+    MediaTokens,
+    Step,
+)
 
 if TYPE_CHECKING:  # the names of _LAZY, for type checkers
     from ..prompt.hf_tokenizer import HFTokenizer
@@ -131,6 +140,7 @@ __all__ = [
     "InferenceContext",
     "KVCursor",
     "MediaItem",
+    "MediaReference",
     "MediaSpan",
     "MediaTokens",
     "ModelDrafter",

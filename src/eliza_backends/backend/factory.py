@@ -26,7 +26,7 @@ from ..errors import (
 )
 from ..runtime.speculative import Drafter, NgramDrafter
 from .model_info import ModelInfo
-from .types import Availability
+from .types import Availability, MediaReference
 
 if TYPE_CHECKING:
     from .context import InferenceContext
@@ -83,6 +83,13 @@ class Factory(ABC):
         and ``StreamConfig.media`` is checked against before a load. The default: none. It
         must agree with the opened session's ``capabilities.media``."""
         return {}
+
+    def media_reference(self, session: Session) -> MediaReference | None:
+        """For ``eliza-backends bench``: the runtime's own media path over the files
+        ``session`` loaded (same projector / encoder file, same threads), run directly, to
+        time beside the seam's; None (the default) when the backend has none to offer. Called
+        only for a session whose ``capabilities.media`` is not empty; the caller closes it."""
+        return None
 
     def describe(self, bundle_dir: str | os.PathLike[str]) -> str:
         """For :func:`~eliza_backends.explain`: the artifact a stream would load from

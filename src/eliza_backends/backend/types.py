@@ -9,7 +9,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from ..errors import InvalidArgumentError, SlotError, UnsupportedOperationError
 from ..structured.logprobs import TokenLogprob
@@ -110,6 +110,25 @@ class MediaTokens:
     def ids(self) -> list[int]:
         """The item's ids in the history: ``before``, the placeholders, ``after``."""
         return [*self.before, *[self.placeholder] * self.count, *self.after]
+
+
+class MediaReference(Protocol):
+    """A runtime's own media path, called directly (no seam), for ``eliza-backends bench`` to
+    time beside the seam's (:meth:`Factory.media_reference`). It uses the same files, threads
+    and context size as the session it was made for; one thread at a time."""
+
+    #: what it runs, for the report (e.g. "llama-cpp-python mtmd_helper_eval_chunks")
+    name: str
+
+    def prefill(self, kind: str, data: bytes, prefix: str, suffix: str) -> int:
+        """Into an empty sequence of its own: ``prefix`` (with the model's BOS), the media
+        file ``data`` (decoded by the runtime itself), ``suffix``; returns the positions
+        taken (the bench checks them against the seam's)."""
+        ...
+
+    def close(self) -> None:
+        """Free what it holds (idempotent)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -234,6 +253,6 @@ def check_text(text: str) -> None:
                 "'\\ud800'); decode the source with errors='replace' or drop it") from None
 
 
-__all__ = ["Availability", "Capabilities", "Decoded", "FinishReason", "MediaSpan", "MediaTokens",
-           "Step",
+__all__ = ["Availability", "Capabilities", "Decoded", "FinishReason", "MediaReference",
+           "MediaSpan", "MediaTokens", "Step",
            "check_output_support", "check_slot_tokens", "check_text", "check_tokens"]

@@ -30,7 +30,7 @@ from eliza_backends import (
     UnsupportedOperationError,
     hookimpl,
 )
-from eliza_backends.backend import Drafter, find_artifacts
+from eliza_backends.backend import Drafter, MediaReference, find_artifacts
 
 from .options import LlamaCppOptions
 
@@ -134,6 +134,17 @@ class LlamaCppFactory(Factory):
         from .gguf_header import projector_kinds
 
         return projector_kinds(bundle_dir)
+
+    def media_reference(self, session: Session) -> MediaReference | None:
+        """llama-cpp-python's own libmtmd path over the session's projector and weights
+        (:mod:`eliza_llamacpp.mtmd_reference`), for ``bench``."""
+        from .mtmd_reference import MtmdReference
+        from .session import LlamaCppSession
+
+        if not isinstance(session, LlamaCppSession) or session._media is None:
+            return None
+        return MtmdReference(session._model, session.config,
+                             self.parse_options(session.config), session._media.projector)
 
     def _open_batched(self, context: InferenceContext, config: StreamConfig,
                       options: LlamaCppOptions, model: Any) -> Session:
