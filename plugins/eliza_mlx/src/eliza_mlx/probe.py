@@ -250,7 +250,7 @@ def check_mlx_folder(path: Path) -> MLXFolder:
 
 #: The model types whose vision and audio towers this plugin runs through mlx-vlm (``vlm.py``
 #: implements Gemma 4's processor and mask): a runtime fact, as a table.
-MLX_VLM_MODEL_TYPES = frozenset({"gemma4"})
+MLX_VLM_MODEL_TYPES = frozenset({"gemma4", "gemma4_unified"})
 
 #: MTP assistants (``model_type``) mlx-vlm drafts with, each with the mlx-lm target model types
 #: whose hidden states and KV cache it reads.

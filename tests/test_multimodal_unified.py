@@ -1,0 +1,178 @@
+"""Gemma 4 Unified (raw image patches and audio frames, no encoders) on llama.cpp and MLX, on
+``examples/bundles/gemma4-unified-tiny`` (tools/make_gemma4_unified_tiny.py: the text GGUF,
+the gemma4uv + gemma4ua projector, the assistant, the float32 Hugging Face folder and the torch
+oracle in parity.json), through the serving path (chat renderer, OpenAI media parts, the
+backends' media feeders) that tools/gemma4_mm_parity.py's direct runtime calls bypass.
+
+* llama.cpp: every oracle prompt (text, image, audio, image + audio, a second turn after an
+  image): the renderer's ids equal the oracle's and the 24 greedy tokens equal its
+  continuation; the projected media equal the oracle's (cosine >= 0.999); the projector is
+  reported as gemma4uv / gemma4ua;
+* MLX (mlx-vlm's gemma4_unified weights, the image block prefilled with Gemma 4's reference
+  mask): the same prompts, and the first-step logits within 1e-3 of the oracle's and far from
+  the other mask rules' (the Unified forward's all-layers rule, causal) where those are far;
+* ``drafter="mtp"`` on llama.cpp with the Unified assistant: output equal to plain greedy
+  (text chats and plain prompts), drafted > 0; media refused plainly on such a session.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import media_prompts
+import numpy as np
+import pytest
+
+from eliza_backends import Stream, open_stream
+from eliza_backends.media import load_media_file
+from eliza_backends.testing import generated_tokens, run_to_end
+
+ROOT = Path(__file__).resolve().parent.parent
+BUNDLE = ROOT / "examples" / "bundles" / "gemma4-unified-tiny"
+PARITY = json.loads((BUNDLE / "parity.json").read_text(encoding="utf-8"))
+PROMPTS = {p["name"]: p for p in PARITY["prompts"]}
+N_TOKENS = PARITY["n_tokens"]
+CONFIG: dict[str, Any] = {"max_tokens": N_TOKENS, "ignore_eos": True, "context_size": 512,
+                          "batch_size": 256, "threads": 1}
+BACKENDS = ["llama.cpp", "mlx"]
+
+
+def _available(backend: str) -> bool:
+    import importlib.util
+
+    module = "llama_cpp" if backend == "llama.cpp" else "mlx_vlm"
+    return importlib.util.find_spec(module) is not None
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def stream(request: pytest.FixtureRequest) -> Any:
+    if not _available(request.param):
+        pytest.skip(f"{request.param} is not installed")
+    with open_stream(BUNDLE, backend=request.param, **CONFIG) as s:
+        yield s
+
+
+def reply_ids(stream: Stream, messages: list[dict[str, Any]]) -> list[int]:
+    return media_prompts.reply_ids(stream, BUNDLE, messages)
+
+
+def decode(entry: dict[str, Any]) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(entry["base64"]), dtype="<f4").reshape(entry["shape"])
+
+
+def test_the_bundle_reports_the_unified_projector() -> None:
+    from eliza_backends import explain
+
+    report = explain(BUNDLE, backend="llama.cpp")
+    assert set(report.media) == {"image", "audio"}
+    assert "gemma4uv" in report.media["image"] and "gemma4ua" in report.media["audio"]
+
+
+@pytest.mark.parametrize("name", sorted(PROMPTS))
+def test_greedy_tokens_equal_the_torch_oracle(stream: Stream, name: str) -> None:
+    prompt = PROMPTS[name]
+    stream.reset()
+    got = reply_ids(stream, prompt["messages"])
+    assert list(stream.session.history[:len(prompt["prompt_ids"])]) == prompt["prompt_ids"]
+    assert got == prompt["continuation_ids"], f"{name}: {got} != {prompt['continuation_ids']}"
+
+
+def _first_logits_mlx(stream: Stream) -> np.ndarray:
+    import mlx.core as mx
+
+    session: Any = stream.session
+    row = session._ahead[1] if session._ahead is not None else session._logits
+    return np.array(row[0].astype(mx.float32))
+
+
+@pytest.mark.parametrize("name", sorted(n for n, p in PROMPTS.items() if p["media"]))
+def test_mlx_follows_the_reference_image_mask(name: str) -> None:
+    """The MLX backend's first-step logits are the oracle's (Gemma 4's mask) to 1e-3, and not
+    the Unified forward's own rule's or the causal rule's where those differ by > 0.1."""
+    if not _available("mlx"):
+        pytest.skip("mlx-vlm is not installed")
+    prompt = PROMPTS[name]
+    with open_stream(BUNDLE, backend="mlx", **CONFIG) as s:
+        s.prefill_messages(media_prompts.openai_messages(BUNDLE, prompt["messages"]))
+        got = _first_logits_mlx(s)
+    assert float(np.abs(got - decode(prompt["first_logits"]).ravel()).max()) < 1e-3
+    for rule, other in prompt.get("other_mask_rules", {}).items():
+        if other["first_logits_max_abs_diff"] > 0.1:
+            assert float(np.abs(got - decode(other["first_logits"]).ravel()).max()) > 0.1, rule
+
+
+@pytest.mark.parametrize("name", sorted(PARITY["media"]))
+def test_media_embeddings_match_the_oracle(name: str) -> None:
+    if not _available("llama.cpp"):
+        pytest.skip("llama.cpp is not installed")
+    want = decode(PARITY["media"][name]["embedding"])
+    with open_stream(BUNDLE, backend="llama.cpp", **CONFIG) as s:
+        s.prefill_messages([{"role": "user", "content": "Hello!"}])
+        got = s.session._media.projector.encode(load_media_file(BUNDLE / name))  # type: ignore[attr-defined]
+    assert got.shape == want.shape
+    rows = (got * want).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
+    assert float(rows.min()) >= 0.999, (name, float(rows.min()))
+
+
+def test_a_second_turn_after_an_image_gets_the_oracle_reply(stream: Stream) -> None:
+    """llama.cpp prefills only the new turn; MLX the whole conversation again (Gemma 4's
+    sliding-window caches in mlx-vlm cannot be cut back once the window has rotated), the
+    image included."""
+    two = PROMPTS["image_two_turns"]
+    stream.reset()
+    reply_ids(stream, two["messages"][:1])
+    fed = stream.prefill_messages(media_prompts.openai_messages(BUNDLE, two["messages"]))
+    if stream.session.backend_name == "llama.cpp":
+        assert fed < len(two["prompt_ids"]) - two["media"][0]["count"]
+    else:
+        assert 0 < fed <= len(two["prompt_ids"])
+    assert list(stream.session.history) == two["prompt_ids"]
+    assert [t for step in stream for t in step.tokens] == two["continuation_ids"]
+
+
+#: prompts for the MTP drafter (a llama.cpp session with it takes no media): the oracle's
+#: text chats and gemma4-tiny's plain prompts (its training text)
+MTP_PROMPTS = ["text_hello", "text_colors", "We hold these truths to be self-evident,",
+               "Four score and seven years ago"]
+
+
+@pytest.mark.parametrize("name", MTP_PROMPTS)
+def test_mtp_on_llama_cpp_is_plain_greedy(name: str) -> None:
+    if not _available("llama.cpp"):
+        pytest.skip("llama.cpp is not installed")
+    chat = name in PROMPTS
+    messages = PROMPTS[name]["messages"] if chat else []
+    runs = {}
+    for drafter in ("none", "mtp"):
+        extra = {"drafter": "mtp", "draft_length": 3, "draft_policy": "fixed"} \
+            if drafter == "mtp" else {}
+        with open_stream(BUNDLE, backend="llama.cpp", **{**CONFIG, **extra}) as s:
+            if chat:
+                s.prefill_messages(messages)
+            else:
+                s.prefill(name)
+            steps = run_to_end(s.session)
+            runs[drafter] = (generated_tokens(steps), sum(st.drafted for st in steps),
+                             sum(st.accepted for st in steps))
+    assert runs["mtp"][0] == runs["none"][0]
+    if chat:
+        assert runs["none"][0] == PROMPTS[name]["continuation_ids"]
+    drafted, accepted = runs["mtp"][1:]
+    assert drafted > 0 and 0 <= accepted <= drafted
+
+
+def test_mtp_on_llama_cpp_refuses_media_plainly() -> None:
+    """A llama.cpp session with the MTP drafter takes no media (as for Gemma 4): a typed error
+    before any native call."""
+    from eliza_backends import UnsupportedOperationError
+
+    if not _available("llama.cpp"):
+        pytest.skip("llama.cpp is not installed")
+    with open_stream(BUNDLE, backend="llama.cpp", drafter="mtp", **CONFIG) as s:
+        with pytest.raises(UnsupportedOperationError, match="takes no image"):
+            s.prefill_messages(media_prompts.openai_messages(
+                BUNDLE, PROMPTS["image_landscape"]["messages"]))
+        assert s.session.n_past == 0
