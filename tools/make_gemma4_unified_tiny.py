@@ -24,6 +24,7 @@ drawn by formula; reruns are byte-identical):
     OUT/text/gemma4-unified-tiny-f32.gguf     the text model (llama.cpp's convert_hf_to_gguf)
     OUT/text/mmproj/gemma4-unified-tiny-mmproj-f32.gguf   the projector (gemma4uv + gemma4ua)
     OUT/text/draft/mtp/gemma4-unified-tiny-assistant-f32.gguf   the assistant (MTP drafter)
+    OUT/text/draft/mtp/gemma4-unified-tiny-assistant-mlx/       the same for mlx-vlm's drafter
     OUT/source/assistant/                     the assistant's Hugging Face folder
     OUT/media/                                two 70-token images, two 16 kHz clips
     OUT/parity.json                           the torch oracle (see gemma4_mm_oracle.py)
@@ -200,6 +201,10 @@ def main(argv: list[str] | None = None) -> int:
     uf.save_folder(model, args.text_model, hf_dir)
     assistant = out / "source" / "assistant"
     uf.write_assistant(args.assistant, hf_dir, assistant)
+    from eliza_backends.convert.families.gemma4_unified import write_mlx_unified_assistant
+
+    write_mlx_unified_assistant(assistant, hf_dir, out / "text" / "draft" / "mtp"
+                                / f"{NAME}-assistant-mlx")
     mm.write_media(out / MEDIA_DIR)
     log("GGUFs (text, mmproj, assistant) by llama.cpp's convert_hf_to_gguf.py")
     convert_ggufs(hf_dir, assistant, out, work)

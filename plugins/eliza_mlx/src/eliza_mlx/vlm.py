@@ -57,6 +57,11 @@ class VLMModel:
         text = self.language.model
         text._make_masks = functools.partial(_reference_masks, text, text._make_masks)
 
+    @property
+    def language_model(self) -> Any:
+        """mlx-vlm's language model (what the MTP assistant binds to and reads)."""
+        return self.language
+
     def __call__(self, inputs: Any, cache: Any = None, **kwargs: Any) -> Any:
         return self.language(inputs, cache=cache, **kwargs).logits
 

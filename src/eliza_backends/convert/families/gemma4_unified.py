@@ -19,6 +19,7 @@ text model; the Unified projections have no exporter) — both refuse with a mes
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -26,7 +27,14 @@ from typing import Any, ClassVar
 from ...errors import BundleError
 from ..facts import ModelFacts
 from ..hf_folder import HFFolder
-from .gemma4 import Gemma4, check_assistant, model_facts, text_config, write_text_folder
+from .gemma4 import (
+    Gemma4,
+    check_assistant,
+    model_facts,
+    text_config,
+    write_mlx_assistant,
+    write_text_folder,
+)
 
 MODEL_TYPE = "gemma4_unified"
 ASSISTANT_TYPE = "gemma4_unified_assistant"
@@ -81,8 +89,28 @@ class Gemma4Unified(Gemma4):
                     facts: ModelFacts) -> dict[str, Any]:
         return check_assistant(folder, facts, ASSISTANT_TYPE, self.architecture)
 
+    def write_mlx_draft(self, folder: Path, target_dir: Path, out: Path) -> None:
+        write_mlx_unified_assistant(folder, target_dir, out)
+
+
+#: the assistant's text_config fields mlx-vlm 0.7.10 (its gemma4 TextConfig) defaults to E2B's
+#: per-layer-input sizes when absent, which a Unified config never writes
+_MLX_ASSISTANT_FIELDS = {"hidden_size_per_layer_input": 0, "vocab_size_per_layer_input": 0}
+
+
+def write_mlx_unified_assistant(folder: Path, target_dir: Path, out: Path) -> None:
+    """``out``: the Unified assistant as mlx-vlm's ``load_drafter`` takes it — Gemma 4's
+    (:func:`.write_mlx_assistant`) with the per-layer-input sizes written as 0 into its
+    ``text_config`` (:data:`_MLX_ASSISTANT_FIELDS`)."""
+    write_mlx_assistant(folder, target_dir, out)
+    cfg = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    text = cfg.setdefault("text_config", {})
+    for key, value in _MLX_ASSISTANT_FIELDS.items():
+        text.setdefault(key, value)
+    (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
 
 FAMILY = Gemma4Unified()
 
 __all__ = ["ASSISTANT_TYPE", "FAMILY", "MODEL_TYPE", "TEXT_TYPE", "Gemma4Unified",
-           "text_folder_config"]
+           "text_folder_config", "write_mlx_unified_assistant"]
