@@ -65,12 +65,17 @@ def decode(entry: dict[str, Any]) -> np.ndarray:
     return np.frombuffer(base64.b64decode(entry["base64"]), dtype="<f4").reshape(entry["shape"])
 
 
-def test_the_bundle_reports_the_unified_projector() -> None:
+def test_the_bundle_reports_the_unified_projector_and_the_mtp_drafter() -> None:
     from eliza_backends import explain
 
     report = explain(BUNDLE, backend="llama.cpp")
     assert set(report.media) == {"image", "audio"}
     assert "gemma4uv" in report.media["image"] and "gemma4ua" in report.media["audio"]
+    assert report.drafters["mtp"].startswith("text/draft/mtp/gemma4-unified-tiny-assistant-f32")
+    if _available("mlx"):
+        mlx = explain(BUNDLE, backend="mlx")
+        assert set(mlx.media) == {"image", "audio"}
+        assert mlx.drafters["mtp"].startswith("text/draft/mtp/gemma4-unified-tiny-assistant-mlx")
 
 
 @pytest.mark.parametrize("name", sorted(PROMPTS))

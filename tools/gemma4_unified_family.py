@@ -179,23 +179,11 @@ def write_processor_config(out: Path) -> None:
 
 
 def save_folder(model: Any, text_dir: Path, out: Path) -> None:
-    """The Hugging Face folder: weights, config (``global_head_dim``, ``use_double_wide_mlp``
-    and ``moe_intermediate_size: null`` explicit in text_config, as mlx-vlm and llama.cpp's
-    converter want), generation config, tokenizer with the media tokens, processor."""
-    from transformers import GenerationConfig
-
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    model.generation_config = GenerationConfig(bos_token_id=2, eos_token_id=[1, 6],
-                                               pad_token_id=0, do_sample=False)
-    model.save_pretrained(str(out), safe_serialization=True)
-    cfg = json.loads((out / "config.json").read_text())
-    cfg["text_config"].update(global_head_dim=g4.TARGET["global_head_dim"],
-                              use_double_wide_mlp=False, moe_intermediate_size=None)
-    (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-    mm.write_tokenizer(text_dir, out)
-    write_processor_config(out)
+    """The Hugging Face folder as the multimodal tiny's (:func:`gemma4_mm_family.save_folder`)
+    with ``moe_intermediate_size: null`` in text_config (llama.cpp's converter reads it) and
+    this model's processor config."""
+    mm.save_folder(model, text_dir, out, {"moe_intermediate_size": None},
+                   write_processor_config)
 
 
 # ---------------------------------------------------------------------------

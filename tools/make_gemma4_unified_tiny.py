@@ -38,8 +38,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +47,7 @@ import gemma4_family as g4
 import gemma4_mm_family as mm
 import gemma4_mm_oracle as oracle
 import gemma4_unified_family as uf
-from make_gemma4_mm_tiny import MEDIA_DIR, _aud, _img, _text, finish
+from make_gemma4_mm_tiny import MEDIA_DIR, _aud, _img, _text, finish, start
 
 NAME = "gemma4-unified-tiny"
 N_ORACLE_TOKENS = 24
@@ -179,19 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.llama_cpp_src is not None:
         os.environ["ELIZA_LLAMA_CPP_CONVERTER"] = str(args.llama_cpp_src / "convert_hf_to_gguf.py")
 
-    import torch
-
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    t0 = time.time()
-    out = args.out.resolve()
-    work = (args.work or Path(tempfile.mkdtemp(prefix=f"{NAME}-"))).resolve()
-    if work.exists():
-        shutil.rmtree(work)
-    work.mkdir(parents=True)
-    for stale in (out / "text", out / "source", out / MEDIA_DIR):
-        if stale.exists():
-            shutil.rmtree(stale)
+    out, work, t0 = start(args.out, args.work, NAME, ("text", "source", MEDIA_DIR))
 
     model, weights = uf.build_model(args.text_model)
     log(f"copied {len(weights['copied'])} text tensors, dropped {len(weights['dropped'])} "
