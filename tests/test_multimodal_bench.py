@@ -20,7 +20,7 @@ from conftest import TINY_BUNDLE
 pytest.importorskip("llama_cpp")
 
 from eliza_backends.bench import BenchReport, bench
-from eliza_backends.bench_media import media_samples, synthetic_audio, synthetic_image
+from eliza_backends.bench.media import media_samples, synthetic_audio, synthetic_image
 from eliza_backends.media import audio_from_bytes, image_from_bytes
 
 ROOT = Path(__file__).resolve().parent.parent

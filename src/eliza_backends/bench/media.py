@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .backend import Factory, MediaReference
-from .media import MediaKind, audio_from_bytes, image_from_bytes, load_media_file
-from .stream import Stream
+from ..backend import Factory, MediaReference
+from ..media import MediaKind, audio_from_bytes, image_from_bytes, load_media_file
+from ..stream import Stream
 
 #: the text around the media item on both sides (BOS before the prefix)
 MEDIA_PROMPT = ("Here: ", "\nWhat is it?")

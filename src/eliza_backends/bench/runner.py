@@ -41,9 +41,9 @@ def run_worker(bundle: str, backend: str, prompt_tokens: int, gen_tokens: int,
     """One measurement in this process (the driver runs it in a fresh one). ``progress`` is
     told each stage, and every 16 decoded tokens (one short stderr write in the worker: well
     under 0.1% of the decode time it measures). ``media_rounds`` > 0 and a session that takes
-    media: then also the media prefills of :mod:`eliza_backends.bench_media` (``media_files``:
+    media: then also the media prefills of :mod:`eliza_backends.bench.media` (``media_files``:
     kind -> file), in the result's ``"media"``."""
-    from .stream import open_stream
+    from ..stream import open_stream
 
     report = progress or (lambda stage, done, total: None)
     report("load", 0, 1)
@@ -87,8 +87,8 @@ def run_worker(bundle: str, backend: str, prompt_tokens: int, gen_tokens: int,
 
 def _measure_media(stream: Any, bundle: str, rounds: int,
                    files: dict[str, str] | None) -> dict[str, Any]:
-    from .bench_media import measure_media, media_samples
-    from .registry import default_registry
+    from .media import measure_media, media_samples
+    from ..registry import default_registry
 
     factory = default_registry().get(stream.backend)
     assert factory is not None  # (it opened the stream)
@@ -131,8 +131,8 @@ class BenchReport:
 
     def media_summary(self) -> dict[str, dict[str, dict[str, Any]]]:
         """Per backend that measured media, per kind: see
-        :func:`eliza_backends.bench_media.media_summary`."""
-        from .bench_media import media_summary
+        :func:`eliza_backends.bench.media.media_summary`."""
+        from .media import media_summary
 
         out = {backend: media_summary(runs) for backend, runs in self.runs.items()}
         return {backend: kinds for backend, kinds in out.items() if kinds}
@@ -279,7 +279,7 @@ def bench(bundle: str, backends: Sequence[str], *, prompt_tokens: int = 128,
           media_files: dict[str, str] | None = None) -> BenchReport:
     """Measure ``backends`` on ``bundle``, interleaved, each run in a fresh process; where a
     backend's session takes media, also ``media_rounds`` media prefills per run (0: none;
-    see :mod:`eliza_backends.bench_media`)."""
+    see :mod:`eliza_backends.bench.media`)."""
     cfg = dict(config or {})
     report = BenchReport(bundle, prompt_tokens, gen_tokens, repeat, cfg)
     total, done = repeat * len(backends), 0
@@ -313,8 +313,8 @@ def bench(bundle: str, backends: Sequence[str], *, prompt_tokens: int = 128,
     return report
 
 
-def _worker_main(argv: Sequence[str]) -> int:
-    from .errors import ElizaError
+def worker_main(argv: Sequence[str]) -> int:
+    from ..errors import ElizaError
 
     spec = json.loads(argv[0])
 
@@ -335,9 +335,5 @@ def _worker_main(argv: Sequence[str]) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(_worker_main(sys.argv[1:]))
-
-
 __all__ = ["PROGRESS_MARK", "BenchReport", "ProgressCallback", "bench", "cell", "format_table",
-           "peak_rss_mb", "run_worker", "spawn_worker", "summarize"]
+           "peak_rss_mb", "run_worker", "spawn_worker", "summarize", "worker_main"]
