@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack from Python 3.11
 from .backend.context import InferenceContext
 from .config import StreamConfig, StreamOverrides
+from .embeddings import refuse_embedding_model
 from .errors import (
     InvalidArgumentError,
     PluginError,
@@ -509,6 +510,7 @@ def open_stream(
             check_option_keys(cfg, registry or default_registry())
             factory.parse_options(cfg)  # unknown options fail before any load
             check_media_support(factory.name, safe_media(factory, context.bundle_dir), cfg)
+            refuse_embedding_model(factory, context.bundle_dir)
             session = factory.open(context, cfg)
             if not isinstance(session, Session):
                 raise PluginError(f"backend {factory.name} returned {session!r} from open(), "

@@ -10,7 +10,7 @@ What lives here:
 
 * the contract: :class:`Factory`, :class:`Session` (public methods, the ``_hooks`` a backend
   implements, the ``@final`` helpers it may call), :class:`Step`, :class:`Decoded`,
-  :class:`Capabilities`, :class:`Availability`, the :data:`hookimpl` marker, the
+  :class:`Capabilities`, :class:`EmbeddingSpec`, :class:`Availability`, the :data:`hookimpl` marker, the
   :class:`InferenceContext` and the :class:`ModelInfo` a session is opened with;
 * the building blocks a session is made of, re-exported from the core's other parts:
   the speculative loop and its acceptance rules (:func:`accept_greedy`, :func:`accept_sampled`,
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..bundle import find_artifacts
+from ..bundle import find_artifacts, matryoshka_dimensions
 from ..entry_points import distribution_version
 from ..lazy import lazy_names
 from ..media import MediaItem
@@ -47,7 +47,16 @@ from .factory import Factory
 from .hookspecs import hookimpl
 from .model_info import ModelInfo
 from .session import Session
-from .types import Availability, Capabilities, Decoded, FinishReason, MediaSpan, MediaTokens, Step
+from .types import (
+    Availability,
+    Capabilities,
+    Decoded,
+    EmbeddingSpec,
+    FinishReason,
+    MediaSpan,
+    MediaTokens,
+    Step,
+)
 
 if TYPE_CHECKING:  # the names of _LAZY, for type checkers
     from ..prompt.hf_tokenizer import HFTokenizer
@@ -125,6 +134,7 @@ __all__ = [
     "Capabilities",
     "Decoded",
     "Drafter",
+    "EmbeddingSpec",
     "Factory",
     "FinishReason",
     "HFTokenizer",
@@ -154,6 +164,7 @@ __all__ = [
     "find_tokenizer",
     "hookimpl",
     "load_tokenizer",
+    "matryoshka_dimensions",
     "native_exit_to_logging",
     "native_stderr_to_logging",
     "quiet_by_default",

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, final
 
 from ..config import StreamConfig
-from ..errors import ContextFullError, InvalidArgumentError
+from ..errors import ContextFullError, InvalidArgumentError, UnsupportedOperationError
 from ..runtime.draft_policy import DraftPolicy
 from ..runtime.speculative import Drafter, Verify
 from ..runtime.text import AssemblerState
@@ -63,13 +63,15 @@ class Session(SessionHooks):
 
     Lifecycle: ``prefill(ids)`` then ``next()`` until ``step.final``; ``prefill`` again to
     continue (chat turns), ``reset()`` / ``reset_keep(n)`` to rewind, ``close()`` when done.
+    An embedding model's session (``capabilities.embedding``) is asked ``embed(batch)`` only.
     The session owns its KV cache and its drafter; the :class:`InferenceContext` owns the
     weights.
 
     For backends, three kinds of members, told apart by name and by rule:
 
     * **hooks** (``_prefill``, ``_decode``, ``_reset``, ``_truncate``, ``_token_bytes``,
-      ``_tokenize``, ``_detokenize``, ``_save_state``, ``_restore_state``, ``_close``, and
+      ``_tokenize``, ``_detokenize``, ``_save_state``, ``_restore_state``, ``_embed``,
+      ``_close``, and
       the ``capabilities`` property): a backend implements them and never calls them; the
       base class calls each with the consumer lock held, after validating the arguments;
     * **helpers** (``_raise_if_cancelled``, ``_cancel_requested``, ``_sequence``,
@@ -437,6 +439,33 @@ class Session(SessionHooks):
         self.__guard.begin("tokenize", allow_cancelled=True)
         try:
             return self._tokenize(text, add_special, parse_special)
+        finally:
+            self.__guard.end()
+
+    @final
+    def embed(self, inputs: Sequence[Sequence[int]]) -> list[list[float]]:
+        """One L2-normalised vector per input (token ids, each non-empty and no longer than
+        ``capabilities.embedding.max_tokens`` or the context), in input order, from an
+        embedding session (``capabilities.embedding`` set); :class:`UnsupportedOperationError`
+        on a generating session, :class:`InvalidArgumentError` for bad ids, before any hook."""
+        spec = self.capabilities.embedding
+        if spec is None:
+            raise UnsupportedOperationError(
+                f"this {self.backend_name} session generates text and does not embed: open "
+                "an embedding model's bundle with eliza_backends.embed / POST /v1/embeddings")
+        limit = spec.max_tokens or self.__n_ctx
+        if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Sequence) or not inputs:
+            raise InvalidArgumentError("embed() needs a non-empty list of token-id lists")
+        batch = [check_tokens(self.__vocab, ids, what=f"embed() input {i}")
+                 for i, ids in enumerate(inputs)]
+        for i, ids in enumerate(batch):
+            if not 0 < len(ids) <= limit:
+                raise InvalidArgumentError(
+                    f"embed() input {i} has {len(ids)} tokens; each input needs 1..{limit} "
+                    "(the model's window): split longer texts")
+        self.__guard.begin("embed")
+        try:
+            return self._embed(batch)
         finally:
             self.__guard.end()
 
