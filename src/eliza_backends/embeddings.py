@@ -59,6 +59,15 @@ def refuse_embedding_model(factory: Factory, bundle_dir: str | os.PathLike[str])
             "bundle for text")
 
 
+def bundle_embedding(bundle: str | os.PathLike[str] | InferenceContext, *,
+                     backend: str | None = None) -> EmbeddingSpec | None:
+    """The :class:`EmbeddingSpec` of ``bundle`` when the backend the selector picks (``backend``:
+    a hard request) reports it as an embedding model, else None (a generation model); a
+    header probe, no load. What a server checks to serve one kind or the other."""
+    root = bundle.bundle_dir if isinstance(bundle, InferenceContext) else bundle
+    return select(root, backend=backend).embedding(root)
+
+
 def truncate(vector: list[float], dimensions: int) -> list[float]:
     """The first ``dimensions`` values of an L2-normalised ``vector``, normalised again
     (Matryoshka truncation)."""
@@ -191,5 +200,13 @@ def open_embedder(bundle: str | os.PathLike[str] | InferenceContext,
     return Embedder(session, spec, factory.name, context, owns_context=owns)
 
 
-__all__ = ["EmbeddingInput", "Embeddings", "Embedder", "as_input_list", "open_embedder",
-           "refuse_embedding_model", "truncate"]
+__all__ = [
+    "Embedder",
+    "EmbeddingInput",
+    "Embeddings",
+    "as_input_list",
+    "bundle_embedding",
+    "open_embedder",
+    "refuse_embedding_model",
+    "truncate",
+]

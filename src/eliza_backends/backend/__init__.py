@@ -10,8 +10,8 @@ What lives here:
 
 * the contract: :class:`Factory`, :class:`Session` (public methods, the ``_hooks`` a backend
   implements, the ``@final`` helpers it may call), :class:`Step`, :class:`Decoded`,
-  :class:`Capabilities`, :class:`EmbeddingSpec`, :class:`Availability`, the :data:`hookimpl` marker, the
-  :class:`InferenceContext` and the :class:`ModelInfo` a session is opened with;
+  :class:`Capabilities`, :class:`EmbeddingSpec`, :class:`Availability`, the :data:`hookimpl`
+  marker, the :class:`InferenceContext` and the :class:`ModelInfo` a session is opened with;
 * the building blocks a session is made of, re-exported from the core's other parts:
   the speculative loop and its acceptance rules (:func:`accept_greedy`, :func:`accept_sampled`,
   :class:`ModelDrafter`), the KV cursor, the continuous-batching step scheduler

@@ -106,9 +106,10 @@ class SessionHooks(ABC):
         fits ``capabilities.embedding.max_tokens``, checked by the core), pooled as the model
         pools and L2-normalised, ``capabilities.embedding.dimensions`` floats each, in input
         order. The backend batches as its runtime allows (many inputs per forward pass); each
-        input's vector must not depend on the others in ``batch`` (beyond float rounding). It leaves no state behind
-        (the next call starts clean). Call :meth:`_raise_if_cancelled` between forward
-        passes. Only sessions whose ``capabilities.embedding`` is set are asked."""
+        input's vector must not depend on the others in ``batch`` (beyond float rounding).
+        It leaves no state behind (the next call starts clean). Call
+        :meth:`_raise_if_cancelled` between forward passes. Only sessions whose
+        ``capabilities.embedding`` is set are asked."""
         raise UnsupportedOperationError(f"{self.backend_name} sessions do not embed")
 
     def _close(self) -> None:

@@ -221,6 +221,14 @@ def embedding_spec(path: Path, bundle_dir: str | os.PathLike[str]) -> EmbeddingS
                          matryoshka=matryoshka_dimensions(bundle_dir, dims))
 
 
-__all__ = ["MTP_ARCHITECTURES", "embedding_spec", "GGUFHeader", "check_gguf", "find_projector", "gguf_architecture",
-           "gguf_metadata", "projector_kinds"]
+__all__ = [
+    "MTP_ARCHITECTURES",
+    "GGUFHeader",
+    "check_gguf",
+    "embedding_spec",
+    "find_projector",
+    "gguf_architecture",
+    "gguf_metadata",
+    "projector_kinds",
+]
 
