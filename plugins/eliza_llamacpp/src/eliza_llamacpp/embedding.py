@@ -74,7 +74,8 @@ class LlamaCppEmbeddingSession(Session):
     """An embedding model's session: :meth:`Session.embed` only (prefill / next refused).
 
     Owns its ``llama_context`` and ``llama_batch``; the weights are the inference context's.
-    Inputs of up to ``config.context_size`` tokens; ``config.threads`` threads."""
+    Inputs of up to ``config.context_size`` tokens (at most the model's trained context);
+    ``config.threads`` threads."""
 
     backend_name = "llama.cpp"
 
@@ -82,7 +83,8 @@ class LlamaCppEmbeddingSession(Session):
                  spec: EmbeddingSpec, context: InferenceContext) -> None:
         self._model = model
         self._spec = spec
-        self._n_tokens = config.context_size
+        # the longest input: the context asked for, at most the model's trained window
+        self._n_tokens = min(config.context_size, lc.llama_model_n_ctx_train(model.ptr))
         params = lc.llama_context_default_params()
         params.n_ctx = params.n_batch = params.n_ubatch = self._n_tokens
         params.n_seq_max = MAX_SEQUENCES
