@@ -62,7 +62,7 @@ def test_the_bundle_is_an_embedding_model_before_any_load() -> None:
 
 
 def test_each_kind_refuses_the_other_with_a_typed_error() -> None:
-    with pytest.raises(UnsupportedOperationError, match="is an embedding model .*POST "
+    with pytest.raises(UnsupportedOperationError, match=r"is an embedding model .*POST "
                        "/v1/embeddings"):
         open_stream(EMBEDDING_BUNDLE)
     with pytest.raises(UnsupportedOperationError, match="not an embedding model"):
@@ -121,7 +121,7 @@ def test_matryoshka_truncation_renormalises_and_others_are_refused(embedder: Emb
         assert cut.vectors[0] == pytest.approx(truncate(full, size), abs=1e-7)
         assert abs(math.fsum(x * x for x in cut.vectors[0]) - 1) < 1e-6
     assert embedder.embed("x", dimensions=64).dimensions == 64
-    with pytest.raises(InvalidArgumentError, match="dimensions=20 is not offered.*64, 32, 16"):
+    with pytest.raises(InvalidArgumentError, match=r"dimensions=20 is not offered.*64, 32, 16"):
         embedder.embed("x", dimensions=20)
 
 
@@ -161,7 +161,7 @@ def test_embed_in_process_answers_in_openais_shape(embedder: Embedder) -> None:
 
 def test_matryoshka_file_is_checked(tmp_path: Path) -> None:
     (tmp_path / "embedding.json").write_text('{"matryoshka_dimensions": [64, 8]}')
-    with pytest.raises(BundleError, match="ints in 1..63"):
+    with pytest.raises(BundleError, match=r"ints in 1\.\.63"):
         matryoshka_dimensions(tmp_path, 64)
     (tmp_path / "embedding.json").write_text("[")
     with pytest.raises(BundleError, match="not a JSON object"):
