@@ -26,8 +26,8 @@ from eliza_backends import (
     open_stream,
 )
 from eliza_backends.bundle import matryoshka_dimensions
-from eliza_backends.embeddings import Embedder, bundle_embedding, open_embedder, truncate
 from eliza_backends.errors import BundleError, RequestError
+from eliza_backends.openai.embedder import Embedder, bundle_embedding, open_embedder, truncate
 
 pytestmark = [pytest.mark.quick, pytest.mark.skipif(
     importlib.util.find_spec("llama_cpp") is None, reason="llama_cpp is not installed")]
@@ -57,6 +57,7 @@ def test_the_bundle_is_an_embedding_model_before_any_load() -> None:
     assert report.embedding == "mean pooling, 64 dimensions, truncatable to 32/16, L2-normalised"
     assert "task (llama.cpp): embeddings only (mean pooling" in str(report)
     assert report.to_dict()["embedding"] == report.embedding
+    assert report.drafters == {}  # an embedding model does not generate
     assert explain(TINY_BUNDLE).embedding == ""
     assert "task (llama.cpp): generation" in str(explain(TINY_BUNDLE))
 
@@ -94,7 +95,9 @@ def test_vectors_match_llama_servers_own() -> None:
     tree; tools/embedding_server_reference.py) on 72 texts sent in one request."""
     served = json.loads((EMBEDDING_BUNDLE / "reference-llama-server.json").read_text())
     with open_embedder(EMBEDDING_BUNDLE, threads=1) as opened:
-        ours = opened.embed(served["texts"]).vectors
+        result = opened.embed(served["texts"])
+    ours = result.vectors
+    assert result.prompt_tokens == served["usage"]["prompt_tokens"]  # the same tokenization
     assert len(ours) == len(served["vectors"]) >= 64
     worst = min(cosine(a, b) for a, b in zip(ours, served["vectors"], strict=True))
     assert worst >= MIN_COSINE, worst

@@ -19,7 +19,7 @@ import pytest
 from conftest import ROOT, TINY_BUNDLE
 from server_process import ServerProcess
 
-from eliza_backends.embeddings import open_embedder
+from eliza_backends.openai.embedder import open_embedder
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
                                 reason="llama_cpp is not installed")

@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT
 from ray import serve
 
-from eliza_backends.embeddings import open_embedder
+from eliza_backends.openai.embedder import open_embedder
 from eliza_backends.ray import deployment
 
 EMBEDDING_BUNDLE = ROOT / "examples" / "bundles" / "embedding-tiny"

@@ -94,8 +94,13 @@ def main(argv: list[str] | None = None) -> int:
         proc.terminate()
         proc.wait(30)
     vectors = [item["embedding"] for item in sorted(answer["data"], key=lambda d: d["index"])]
-    out = {"command": " ".join(["llama-server", *cmd[1:]]).replace(str(ROOT) + "/", ""),
-           "llama_server_build": version, "requests": 1, "texts": inputs,
+    shown = ["llama-server", *cmd[1:]]
+    shown[shown.index("--port") + 1] = "PORT"
+    source = next((p.name for p in args.server.resolve().parents
+                   if p.name.startswith("llama-bench-")), "?")
+    out = {"command": " ".join(shown).replace(str(ROOT) + "/", ""),
+           "llama_server_build": version, "llama_cpp_tree": source, "requests": 1,
+           "texts": inputs,
            "usage": answer.get("usage"), "vectors": vectors}
     (args.bundle / "reference-llama-server.json").write_text(json.dumps(out, indent=1) + "\n")
     print(f"{len(vectors)} vectors from one request -> "

@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack from Python 3.11
 from .backend.context import InferenceContext
 from .config import StreamConfig, StreamOverrides
-from .embeddings import refuse_embedding_model
 from .errors import (
     InvalidArgumentError,
     PluginError,
@@ -510,7 +509,12 @@ def open_stream(
             check_option_keys(cfg, registry or default_registry())
             factory.parse_options(cfg)  # unknown options fail before any load
             check_media_support(factory.name, safe_media(factory, context.bundle_dir), cfg)
-            refuse_embedding_model(factory, context.bundle_dir)
+            embedding = factory.embedding(context.bundle_dir)  # a header probe, no load
+            if embedding is not None:
+                raise UnsupportedOperationError(
+                    f"{context.bundle_dir} is an embedding model ({embedding.describe()}): it "
+                    "makes vectors, not text; use eliza_backends.embed or POST /v1/embeddings, "
+                    "or a generation model's bundle for text")
             session = factory.open(context, cfg)
             if not isinstance(session, Session):
                 raise PluginError(f"backend {factory.name} returned {session!r} from open(), "

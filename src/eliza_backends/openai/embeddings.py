@@ -8,7 +8,7 @@
 OpenAI's request (``input``: a string, a list of strings, token ids or a list of token-id
 lists; ``dimensions``; ``encoding_format`` float or base64; ``model``, ``user``) is validated
 by :class:`EmbeddingRequest` (every problem a :class:`RequestError`, HTTP 400, naming the
-field), run on an :class:`~eliza_backends.embeddings.Embedder` (all inputs in one batched
+field), run on an :class:`~eliza_backends.openai.embedder.Embedder` (all inputs in one batched
 call) and answered as OpenAI's ``list`` of ``embedding`` objects with ``usage``
 (:func:`embedding_reply`). The server and :func:`embed` share all three steps.
 """
@@ -25,9 +25,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..backend.context import InferenceContext
 from ..config import StreamConfig
-from ..embeddings import Embedder, EmbeddingInput, Embeddings, open_embedder
 from ..errors import InvalidArgumentError, RequestError
 from ..serving import model_name
+from .embedder import Embedder, EmbeddingInput, Embeddings, open_embedder
 from .local import request_data
 from .types import validate_body
 
@@ -127,7 +127,7 @@ def embed(target: str | os.PathLike[str] | InferenceContext | Embedder,
     """OpenAI's embeddings answer for ``input`` (a text, token ids, or a list of either) on
     ``target``: an embedding model's bundle directory or :class:`InferenceContext` (opened
     for this call and closed after it), or an open :class:`Embedder`
-    (:func:`~eliza_backends.embeddings.open_embedder`, to embed many times on one load).
+    (:func:`~eliza_backends.openai.embedder.open_embedder`, to embed many times on one load).
     Validated as the server validates a body: :class:`RequestError` naming the field;
     :class:`~eliza_backends.errors.UnsupportedOperationError` for a generation model's
     bundle, before any load."""

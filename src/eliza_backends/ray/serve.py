@@ -49,7 +49,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..batch import DEFAULT_PARALLEL
 from ..config import StreamConfig
-from ..embeddings import bundle_embedding
+from ..openai.embedder import bundle_embedding
 from ..server.app import create_app
 from ..server.embedding_service import DEFAULT_QUEUE, EmbeddingService
 from ..server.pool import SessionPool

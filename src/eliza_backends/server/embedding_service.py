@@ -1,10 +1,10 @@
 """What a server of an embedding model runs instead of a :class:`SessionPool`:
-:class:`EmbeddingService`, one :class:`~eliza_backends.embeddings.Embedder` (one model load)
+:class:`EmbeddingService`, one :class:`~eliza_backends.openai.embedder.Embedder` (one model load)
 that answers ``POST /v1/embeddings``, one request at a time on its own thread (each request's
 inputs already go through the model in batches), with a bounded queue.
 
 A bundle is served by one or the other, decided before any load by a header probe
-(:func:`~eliza_backends.embeddings.bundle_embedding`): ``eliza-backends serve`` and the Ray
+(:func:`~eliza_backends.openai.embedder.bundle_embedding`): ``eliza-backends serve`` and the Ray
 Serve replica open an :class:`EmbeddingService` for an embedding model and a
 :class:`SessionPool` for a generation model; the app answers the other kind's routes with a
 typed 400.
@@ -19,8 +19,8 @@ from typing import Any
 
 from ..backend.context import InferenceContext
 from ..config import StreamConfig
-from ..embeddings import Embedder, open_embedder
 from ..errors import InvalidArgumentError, PoolClosedError, PoolFullError
+from ..openai.embedder import Embedder, open_embedder
 from ..openai.embeddings import EmbeddingList, EmbeddingRequest, run_embedding
 
 #: Requests that may wait for the running one by default.

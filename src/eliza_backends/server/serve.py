@@ -38,8 +38,8 @@ from typing import IO, Any, Literal
 import uvicorn
 
 from ..config import StreamConfig
-from ..embeddings import bundle_embedding
 from ..media import MediaLimits
+from ..openai.embedder import bundle_embedding
 from ..serving import model_name
 from .app import create_app
 from .auth import exposure_warning

@@ -222,7 +222,10 @@ class LlamaCppFactory(Factory):
         return f"{where} (GGUF architecture {arch})" if arch else where
 
     def drafters(self, bundle_dir: str | os.PathLike[str]) -> dict[str, str]:
-        """What each drafter would use on ``bundle_dir`` (for explain / ``select --explain``)."""
+        """What each drafter would use on ``bundle_dir`` (for explain / ``select --explain``);
+        none for an embedding model (it does not generate)."""
+        if self.embedding(bundle_dir) is not None:
+            return {}
         root = Path(bundle_dir)
         out = {"ngram": "prompt lookup over the sequence itself (no model)"}
         for kind, mtp in (("model", False), ("mtp", True)):

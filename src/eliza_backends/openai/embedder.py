@@ -1,12 +1,13 @@
-"""Embeddings: :func:`open_embedder` opens an embedding model's session (the counterpart of
+"""The embedding core every embedding front-end drives (as :mod:`.generation` is the
+generation core): :func:`open_embedder` opens an embedding model's session (the counterpart of
 ``open_stream`` for a bundle whose backend reports an :class:`EmbeddingSpec`), and
 :class:`Embedder` turns texts or token ids into vectors, many inputs per call, with the
 Matryoshka truncation the model allows.
 
 A bundle is either a generation model or an embedding model, decided before any load by
 :meth:`Factory.embedding` (a header probe): :func:`open_embedder` refuses a generation model and
-``open_stream`` refuses an embedding model (:func:`refuse_embedding_model`), both with
-:class:`UnsupportedOperationError` (HTTP 400 in the server).
+``open_stream`` refuses an embedding model, both with :class:`UnsupportedOperationError` (HTTP
+400 in the server).
 """
 
 from __future__ import annotations
@@ -17,14 +18,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .backend.context import InferenceContext
-from .backend.factory import Factory
-from .backend.session import Session
-from .backend.types import EmbeddingSpec
-from .config import StreamConfig, StreamOverrides
-from .errors import InvalidArgumentError, PluginError, UnsupportedOperationError
-from .registry import Registry
-from .selector import select
+from ..backend.context import InferenceContext
+from ..backend.session import Session
+from ..backend.types import EmbeddingSpec
+from ..config import StreamConfig, StreamOverrides
+from ..errors import InvalidArgumentError, PluginError, UnsupportedOperationError
+from ..registry import Registry
+from ..selector import select
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack from Python 3.11
@@ -46,17 +46,6 @@ class Embeddings:
     def prompt_tokens(self) -> int:
         """The tokens of every input together."""
         return sum(self.token_counts)
-
-
-def refuse_embedding_model(factory: Factory, bundle_dir: str | os.PathLike[str]) -> None:
-    """:class:`UnsupportedOperationError` when ``factory`` reports ``bundle_dir`` as an
-    embedding model (it cannot generate text); a header probe, before any load."""
-    spec = factory.embedding(bundle_dir)
-    if spec is not None:
-        raise UnsupportedOperationError(
-            f"{bundle_dir} is an embedding model ({spec.describe()}): it makes vectors, not "
-            "text; use eliza_backends.embed or POST /v1/embeddings, or a generation model's "
-            "bundle for text")
 
 
 def bundle_embedding(bundle: str | os.PathLike[str] | InferenceContext, *,
@@ -207,6 +196,5 @@ __all__ = [
     "as_input_list",
     "bundle_embedding",
     "open_embedder",
-    "refuse_embedding_model",
     "truncate",
 ]
