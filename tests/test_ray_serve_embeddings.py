@@ -6,25 +6,19 @@ one Ray cluster)."""
 from __future__ import annotations
 
 import math
-import socket
 from collections.abc import Iterator
 
 import openai
 import pytest
 from conftest import ROOT
 from ray import serve
+from ray_cluster import free_port
 
 from eliza_backends.openai.embedder import open_embedder
 from eliza_backends.ray import deployment
 
 EMBEDDING_BUNDLE = ROOT / "examples" / "bundles" / "embedding-tiny"
 TEXTS = ["In summer the garden is", "Four score and seven years ago", "a"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

@@ -233,6 +233,28 @@ def check_tokens(vocab: int, token_ids: Sequence[int], *, what: str) -> list[int
     return ids
 
 
+def check_embedding_batch(spec: EmbeddingSpec | None, backend: str, vocab: int, n_ctx: int,
+                          inputs: Sequence[Sequence[int]]) -> list[list[int]]:
+    """What :meth:`Session.embed` checks before its hook runs: the session embeds (``spec``;
+    else :class:`UnsupportedOperationError`), ``inputs`` is a non-empty list of token-id lists,
+    each of in-vocabulary ids, 1..``spec.max_tokens`` (0: ``n_ctx``) long
+    (:class:`InvalidArgumentError` naming the first bad input)."""
+    if spec is None:
+        raise UnsupportedOperationError(
+            f"this {backend} session generates text and does not embed: open an embedding "
+            "model's bundle with eliza_backends.embed / POST /v1/embeddings")
+    limit = spec.max_tokens or n_ctx
+    if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Sequence) or not inputs:
+        raise InvalidArgumentError("embed() needs a non-empty list of token-id lists")
+    batch = [check_tokens(vocab, ids, what=f"embed() input {i}") for i, ids in enumerate(inputs)]
+    for i, ids in enumerate(batch):
+        if not 0 < len(ids) <= limit:
+            raise InvalidArgumentError(
+                f"embed() input {i} has {len(ids)} tokens; each input needs 1..{limit} (the "
+                "model's window): split longer texts")
+    return batch
+
+
 def check_slot_tokens(path: object, tokens: Sequence[int], vocab: int, n_ctx: int) -> list[int]:
     """A slot file's token history checked against the session (:class:`SlotError` naming
     ``path`` otherwise): not empty, in the vocabulary, within the context window."""
@@ -265,4 +287,5 @@ def check_text(text: str) -> None:
 
 __all__ = ["Availability", "Capabilities", "Decoded", "EmbeddingSpec", "FinishReason", "MediaSpan",
            "MediaTokens", "Pooling", "Step",
-           "check_output_support", "check_slot_tokens", "check_text", "check_tokens"]
+           "check_embedding_batch", "check_output_support", "check_slot_tokens", "check_text",
+           "check_tokens"]
