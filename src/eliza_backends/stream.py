@@ -509,6 +509,12 @@ def open_stream(
             check_option_keys(cfg, registry or default_registry())
             factory.parse_options(cfg)  # unknown options fail before any load
             check_media_support(factory.name, safe_media(factory, context.bundle_dir), cfg)
+            embedding = factory.embedding(context.bundle_dir)  # a header probe, no load
+            if embedding is not None:
+                raise UnsupportedOperationError(
+                    f"{context.bundle_dir} is an embedding model ({embedding.describe()}): it "
+                    "makes vectors, not text; use eliza_backends.embed or POST /v1/embeddings, "
+                    "or a generation model's bundle for text")
             session = factory.open(context, cfg)
             if not isinstance(session, Session):
                 raise PluginError(f"backend {factory.name} returned {session!r} from open(), "

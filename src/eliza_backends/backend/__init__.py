@@ -10,8 +10,8 @@ What lives here:
 
 * the contract: :class:`Factory`, :class:`Session` (public methods, the ``_hooks`` a backend
   implements, the ``@final`` helpers it may call), :class:`Step`, :class:`Decoded`,
-  :class:`Capabilities`, :class:`Availability`, the :data:`hookimpl` marker, the
-  :class:`InferenceContext` and the :class:`ModelInfo` a session is opened with;
+  :class:`Capabilities`, :class:`EmbeddingSpec`, :class:`Availability`, the :data:`hookimpl`
+  marker, the :class:`InferenceContext` and the :class:`ModelInfo` a session is opened with;
 * the building blocks a session is made of, re-exported from the core's other parts:
   the speculative loop and its acceptance rules (:func:`accept_greedy`, :func:`accept_sampled`,
   :class:`ModelDrafter`), the KV cursor, the continuous-batching step scheduler
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..bundle import find_artifacts
+from ..bundle import find_artifacts, matryoshka_dimensions
 from ..entry_points import distribution_version
 from ..lazy import lazy_names
 from ..media import MediaItem
@@ -51,6 +51,7 @@ from .types import (
     Availability,
     Capabilities,
     Decoded,
+    EmbeddingSpec,
     FinishReason,
     MediaReference,
     MediaSpan,
@@ -134,6 +135,7 @@ __all__ = [
     "Capabilities",
     "Decoded",
     "Drafter",
+    "EmbeddingSpec",
     "Factory",
     "FinishReason",
     "HFTokenizer",
@@ -164,6 +166,7 @@ __all__ = [
     "find_tokenizer",
     "hookimpl",
     "load_tokenizer",
+    "matryoshka_dimensions",
     "native_exit_to_logging",
     "native_stderr_to_logging",
     "quiet_by_default",

@@ -26,7 +26,7 @@ from ..errors import (
 )
 from ..runtime.speculative import Drafter, NgramDrafter
 from .model_info import ModelInfo
-from .types import Availability, MediaReference
+from .types import Availability, EmbeddingSpec, MediaReference
 
 if TYPE_CHECKING:
     from .context import InferenceContext
@@ -89,6 +89,17 @@ class Factory(ABC):
         ``session`` loaded (same projector / encoder file, same threads), run directly, to
         time beside the seam's; None (the default) when the backend has none to offer. Called
         only for a session whose ``capabilities.media`` is not empty; the caller closes it."""
+        return None
+
+    def embedding(self, bundle_dir: str | os.PathLike[str]) -> EmbeddingSpec | None:
+        """What a session of this backend on ``bundle_dir`` embeds, when the bundle is an
+        embedding model (its pooling and dimensions, read from the artifact's header, and the
+        Matryoshka lengths of the bundle's ``embedding.json``,
+        :func:`~eliza_backends.bundle.matryoshka_dimensions`); None when it is a generation
+        model or this backend cannot embed (the default). Cheap (header probes, no load). The
+        core asks it before any load: a bundle with a spec is opened only for embeddings
+        (:func:`eliza_backends.embed`), one without is refused there; :meth:`open` on an
+        embedding bundle returns a session whose ``capabilities.embedding`` is this spec."""
         return None
 
     def describe(self, bundle_dir: str | os.PathLike[str]) -> str:

@@ -21,6 +21,7 @@ from typing import Any
 from eliza_backends import (
     Availability,
     BundleError,
+    EmbeddingSpec,
     Factory,
     InferenceContext,
     ModelInfo,
@@ -80,8 +81,11 @@ class LlamaCppFactory(Factory):
         from .model import shared_model
 
         options: LlamaCppOptions = self.parse_options(config)
-        model = shared_model(context, self.artifact(context.bundle_dir, name=options.artifact),
-                             options)
+        path = self.artifact(context.bundle_dir, name=options.artifact)
+        spec = self._embedding_spec(path, context.bundle_dir)
+        if spec is not None:
+            return self._open_embedding(context, config, options, path, spec)
+        model = shared_model(context, path, options)
         if context.parallel > 1:
             return self._open_batched(context, config, options, model)
         from .session import LlamaCppSession
@@ -103,6 +107,35 @@ class LlamaCppFactory(Factory):
             lane.close()
             raise
         return LlamaCppSession(model, config, lane, context, drafter, media=media)
+
+    def embedding(self, bundle_dir: str | os.PathLike[str]) -> EmbeddingSpec | None:
+        """The first GGUF's pooling and vector length when it is an embedding model (its
+        ``<arch>.pooling_type`` is mean, CLS or last: EmbeddingGemma, BERT-likes ...), with
+        the bundle's Matryoshka lengths; None for a generation model (a header probe)."""
+        try:
+            path = self.artifact(bundle_dir)
+        except BundleError:
+            return None
+        return self._embedding_spec(path, bundle_dir)
+
+    @staticmethod
+    def _embedding_spec(path: Path, bundle_dir: str | os.PathLike[str]) -> EmbeddingSpec | None:
+        from .gguf_header import embedding_spec
+
+        return embedding_spec(path, bundle_dir)
+
+    def _open_embedding(self, context: InferenceContext, config: StreamConfig,
+                        options: LlamaCppOptions, path: Path, spec: EmbeddingSpec) -> Session:
+        """An embedding model's session (:mod:`eliza_llamacpp.embedding`): no drafter, no
+        media, no shared batched context."""
+        from .embedding import LlamaCppEmbeddingSession
+        from .model import shared_model
+
+        if config.drafter != "none" or config.media:
+            raise UnsupportedOperationError(
+                f"{path.name} is an embedding model: it takes no drafter and no media")
+        return LlamaCppEmbeddingSession(shared_model(context, path, options), config, options,
+                                        spec, context)
 
     def _media_feeder(self, context: InferenceContext, config: StreamConfig, model: Any,
                       lane: Any) -> Any:
@@ -200,7 +233,10 @@ class LlamaCppFactory(Factory):
         return f"{where} (GGUF architecture {arch})" if arch else where
 
     def drafters(self, bundle_dir: str | os.PathLike[str]) -> dict[str, str]:
-        """What each drafter would use on ``bundle_dir`` (for explain / ``select --explain``)."""
+        """What each drafter would use on ``bundle_dir`` (for explain / ``select --explain``);
+        none for an embedding model (it does not generate)."""
+        if self.embedding(bundle_dir) is not None:
+            return {}
         root = Path(bundle_dir)
         out = {"ngram": "prompt lookup over the sequence itself (no model)"}
         for kind, mtp in (("model", False), ("mtp", True)):

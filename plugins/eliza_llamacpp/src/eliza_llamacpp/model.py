@@ -18,7 +18,13 @@ from typing import Any
 
 import llama_cpp as lc
 
-from eliza_backends import BundleError, InferenceContext, ModelInfo, SessionClosedError
+from eliza_backends import (
+    BackendRuntimeError,
+    BundleError,
+    InferenceContext,
+    ModelInfo,
+    SessionClosedError,
+)
 
 from . import model_checks, native_guard
 from .gguf_header import check_gguf
@@ -84,6 +90,21 @@ class LoadedModel:
                 n = lc.llama_token_to_piece(self.vocab, token, buf, -n, 0, False)
             cached = self._pieces[token] = buf.raw[:n]
         return cached
+
+    def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
+        """llama.cpp's tokenization of ``text`` (see ``Session._tokenize``)."""
+        data = text.encode("utf-8")
+        cap = len(data) + 8
+        buf = (lc.llama_token * cap)()
+        n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (lc.llama_token * cap)()
+            n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special,
+                                  parse_special)
+        if n < 0:
+            raise BackendRuntimeError(f"llama_tokenize failed ({n})")
+        return list(buf[:n])
 
     def control_texts(self) -> frozenset[str]:
         """Texts of the tokens ``llama_tokenize`` parses only with ``parse_special`` (a scan

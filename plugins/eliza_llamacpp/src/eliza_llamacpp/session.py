@@ -36,7 +36,6 @@ import llama_cpp as lc
 import numpy as np
 
 from eliza_backends import (
-    BackendRuntimeError,
     CancelledError,
     Capabilities,
     Decoded,
@@ -387,18 +386,7 @@ class LlamaCppSession(Session):
         return self._model.piece(token_id)
 
     def _tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
-        data = text.encode("utf-8")
-        vocab = self._model.vocab
-        cap = len(data) + 8
-        buf = (lc.llama_token * cap)()
-        n = lc.llama_tokenize(vocab, data, len(data), buf, cap, add_special, parse_special)
-        if n < 0:
-            cap = -n
-            buf = (lc.llama_token * cap)()
-            n = lc.llama_tokenize(vocab, data, len(data), buf, cap, add_special, parse_special)
-        if n < 0:
-            raise BackendRuntimeError(f"llama_tokenize failed ({n})")
-        return list(buf[:n])
+        return self._model.tokenize(text, add_special, parse_special)
 
     # ------------------------------------------------------------------ slots
 
