@@ -87,8 +87,8 @@ def run_worker(bundle: str, backend: str, prompt_tokens: int, gen_tokens: int,
 
 def _measure_media(stream: Any, bundle: str, rounds: int,
                    files: dict[str, str] | None) -> dict[str, Any]:
-    from .media import measure_media, media_samples
     from ..registry import default_registry
+    from .media import measure_media, media_samples
 
     factory = default_registry().get(stream.backend)
     assert factory is not None  # (it opened the stream)
