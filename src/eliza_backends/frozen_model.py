@@ -22,8 +22,9 @@ The fast path never refuses and never coerces differently from the reference: it
 what the reference returns unchanged (tests/test_frozen_model.py checks the two agree).
 Instances are immutable (assigning raises ``InvalidArgumentError``, a ``ValueError``),
 compare and hash by value (hashing fails, as pydantic's does, on a ``dict`` value), copy and
-serialize with the standard library's defaults (no custom reduction), and offer pydantic's ``model_fields`` (name -> :class:`FieldSpec`: ``annotation``,
-``default``, ``description``, ``is_required()``), ``model_validate`` and ``model_dump``.
+serialize with the standard library's defaults (no custom reduction), and offer pydantic's
+``model_fields`` (name -> :class:`FieldSpec`: ``annotation``, ``default``, ``description``,
+``is_required()``), ``model_validate`` and ``model_dump``.
 Thread-safe: the reference model and the evaluated annotations are built under a lock.
 """
 

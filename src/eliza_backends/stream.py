@@ -508,7 +508,9 @@ def open_stream(
                              registry=registry)
             check_option_keys(cfg, registry or default_registry())
             factory.parse_options(cfg)  # unknown options fail before any load
-            check_media_support(factory.name, safe_media(factory, context.bundle_dir), cfg)
+            if cfg.media:  # the probe (a header read) only when the stream asks for media
+                check_media_support(factory.name, safe_media(factory, context.bundle_dir),
+                                    cfg)
             session = factory.open(context, cfg)
             if not isinstance(session, Session):
                 raise PluginError(f"backend {factory.name} returned {session!r} from open(), "
