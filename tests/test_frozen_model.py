@@ -10,7 +10,7 @@ import copy
 import math
 import pickle
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from eliza_litert.options import LiteRTOptions
@@ -129,6 +129,16 @@ def test_instances_are_frozen_values() -> None:
     with pytest.raises(TypeError, match="unhashable"):  # as the pydantic model: a dict field
         hash(cfg)
     assert repr(MLXOptions()) == "MLXOptions(engine='auto', artifact=None, compute_units='all')"
+
+
+def test_annotations_read_before_any_validation() -> None:
+    """What docs/hooks/options_tables.py reads from a plugin's options model."""
+    class Fresh(FrozenModel):
+        mode: Literal["a", "b"] = Field("a", description="A mode.")
+
+    assert Fresh._checks is None
+    assert Fresh.model_fields["mode"].annotation == Literal["a", "b"]
+    assert Fresh.model_fields["mode"].description == "A mode."
 
 
 def test_model_fields_describe_the_declarations() -> None:

@@ -48,12 +48,13 @@ _LOCK = threading.RLock()
 
 
 class FieldSpec:
-    """One declared field: its default (or ``default_factory``), bounds and description, and,
-    once the class is first validated, its evaluated ``annotation``. What ``Field()`` returns
-    (typed ``Any`` so that ``x: int = Field(...)`` type-checks, as pydantic's does)."""
+    """One declared field: its default (or ``default_factory``), bounds and description, and
+    its evaluated ``annotation`` (the class's annotations are evaluated on first need: its
+    first validation or a read of ``annotation``). What ``Field()`` returns (typed ``Any`` so
+    that ``x: int = Field(...)`` type-checks, as pydantic's does)."""
 
-    __slots__ = ("annotation", "default", "default_factory", "description", "ge", "gt", "le",
-                 "lt")
+    __slots__ = ("_annotation", "default", "default_factory", "description", "ge", "gt", "le",
+                 "lt", "owner")
 
     def __init__(self, default: Any = _MISSING, *, default_factory: Callable[[], Any] | None
                  = None, ge: float | None = None, gt: float | None = None,
@@ -63,7 +64,15 @@ class FieldSpec:
         self.default_factory = default_factory
         self.ge, self.gt, self.le, self.lt = ge, gt, le, lt
         self.description = description
-        self.annotation: Any = None
+        self._annotation: Any = _MISSING
+        self.owner: type[FrozenModel] | None = None
+
+    @property
+    def annotation(self) -> Any:
+        """The field's type (None for a spec no class declared)."""
+        if self._annotation is _MISSING and self.owner is not None:
+            self.owner._fast_checks()
+        return None if self._annotation is _MISSING else self._annotation
 
     def is_required(self) -> bool:
         """True when the field has neither a default nor a default factory."""
@@ -193,6 +202,9 @@ class FrozenModel:
                 delattr(cls, name)  # instances store the value; no class-level default
             elif not name.startswith("_") and "ClassVar" not in str(annotation):
                 fields[name] = FieldSpec(value)
+            else:
+                continue
+            fields[name].owner = cls
         cls.model_fields = fields
         cls._checks = None
         cls._reference = None
@@ -288,7 +300,7 @@ class FrozenModel:
             with _LOCK:
                 hints = typing.get_type_hints(cls)
                 for name, spec in cls.model_fields.items():
-                    spec.annotation = hints[name]
+                    spec._annotation = hints[name]
                 checks = {name: fast_check(spec.annotation, spec)
                           for name, spec in cls.model_fields.items()}
                 cls._checks = checks
