@@ -32,7 +32,6 @@ import http.client
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -43,6 +42,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from bench_cold_start import PROMPT, plain_bundle  # noqa: E402
+from bench_server import find_llama_server, free_port  # noqa: E402
 from harness import ROOT, cell, format_table, interleave, summarize  # noqa: E402
 
 MINIMAL_SERVER = r"""
@@ -88,12 +88,6 @@ class Handler(BaseHTTPRequestHandler):
 
 HTTPServer(("127.0.0.1", port), Handler).serve_forever()
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def command(name: str, bundle: Path, gguf: Path, threads: int, port: int,
@@ -157,15 +151,6 @@ def run_once(name: str, bundle: Path, gguf: Path, threads: int, max_tokens: int,
         _, _, usage = os.wait4(proc.pid, 0)
         proc.returncode = -9
     return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "load": load, "text": text}
-
-
-def find_llama_server(given: str | None) -> str | None:
-    """``given``, else the llama-server build_llama_bench.sh cached (None: not built)."""
-    if given:
-        return given
-    cache = Path(os.environ.get("ELIZA_BENCH_CACHE", ROOT / ".bench-cache"))
-    found = sorted(cache.glob("llama-bench-*/build/bin/llama-server"))
-    return str(found[-1]) if found else None
 
 
 def main(argv: list[str] | None = None) -> int:
