@@ -210,7 +210,7 @@ class LlamaCppSession(Session):
         makes it, without importing ``numpy.ctypeslib`` on the first token's path."""
         row = lc.llama_get_logits_ith(self._lane.ctx, i)
         floats = (ctypes.c_float * self.vocab_size).from_address(ctypes.addressof(row.contents))
-        return np.frombuffer(floats, dtype=np.float32)
+        return np.frombuffer(memoryview(floats), dtype=np.float32)
 
     def _decode(self, max_tokens: int) -> Decoded:
         out = self._decode_tokens(max_tokens)
