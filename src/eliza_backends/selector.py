@@ -203,8 +203,8 @@ class _Selection:
     def report(self, chosen: Factory | None, error: str | None,
                code: Status = Status.ERR_BACKEND_UNAVAILABLE) -> SelectionReport:
         """The report; ``select`` (not :attr:`detail`) that found a backend lists no
-        candidates (it returns only the factory), so it asks no other backend's
-        availability."""
+        candidates and no drafters, description or media (it returns only the factory), so
+        it asks no other backend's availability and probes nothing more."""
         rows = () if chosen is not None and not self.detail else self.rows
         cands = tuple(Candidate(r.name, *self.verdict(r), r.availability.ok, r.can_serve,
                                 r.rank, r.availability.detail) for r in rows)
@@ -215,7 +215,8 @@ class _Selection:
                                else {},
                                _safe_describe(chosen, self.bundle) if chosen and self.detail
                                else "",
-                               safe_media(chosen, self.bundle) if chosen else {},
+                               safe_media(chosen, self.bundle) if chosen and self.detail
+                               else {},
                                _safe_embedding(chosen, self.bundle) if chosen and self.detail
                                else "")
 

@@ -11,7 +11,9 @@ What lives here:
 * the contract: :class:`Factory`, :class:`Session` (public methods, the ``_hooks`` a backend
   implements, the ``@final`` helpers it may call), :class:`Step`, :class:`Decoded`,
   :class:`Capabilities`, :class:`EmbeddingSpec`, :class:`Availability`, the :data:`hookimpl`
-  marker, the :class:`InferenceContext` and the :class:`ModelInfo` a session is opened with;
+  marker, the :class:`InferenceContext` and the :class:`ModelInfo` a session is opened with,
+  the :class:`FrozenModel` base and ``Field`` an options model is declared with (``Factory.
+  options_model``: validated without importing pydantic);
 * the building blocks a session is made of, re-exported from the core's other parts:
   the speculative loop and its acceptance rules (:func:`accept_greedy`, :func:`accept_sampled`,
   :class:`ModelDrafter`), the KV cursor, the continuous-batching step scheduler
@@ -30,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..bundle import find_artifacts, matryoshka_dimensions
 from ..entry_points import distribution_version
+from ..frozen_model import Field, FrozenModel
 from ..lazy import lazy_names
 from ..media import MediaItem
 from ..runtime.cpus import cpu_count
@@ -137,7 +140,9 @@ __all__ = [
     "Drafter",
     "EmbeddingSpec",
     "Factory",
+    "Field",
     "FinishReason",
+    "FrozenModel",
     "HFTokenizer",
     "InferenceContext",
     "KVCursor",

@@ -78,14 +78,15 @@ class LlamaCppFactory(Factory):
         """A session on its own ``llama_context``, or, when ``context.parallel > 1``, on one
         sequence of a context shared by ``parallel`` sessions and decoded in batched steps
         (:mod:`eliza_llamacpp.batch_engine`; :class:`SessionBusyError` when all are in use)."""
-        from .model import shared_model
+        from .model import pools, shared_model
 
         options: LlamaCppOptions = self.parse_options(config)
         path = self.artifact(context.bundle_dir, name=options.artifact)
-        spec = self._embedding_spec(path, context.bundle_dir)
-        if spec is not None:
-            return self._open_embedding(context, config, options, path, spec)
         model = shared_model(context, path, options)
+        if pools(model):  # an embedding model: its spec from the header (only then read)
+            spec = self._embedding_spec(path, context.bundle_dir)
+            if spec is not None:
+                return self._open_embedding(context, config, options, path, spec)
         if context.parallel > 1:
             return self._open_batched(context, config, options, model)
         from .session import LlamaCppSession

@@ -241,5 +241,16 @@ def architecture(model: LoadedModel) -> str:
     return buf.value.decode("utf-8", "replace") if n >= 0 else ""
 
 
-__all__ = ["RUNTIME", "LoadedModel", "architecture", "free_model", "load_model", "shared_model",
-           "use_extra_buffers"]
+def pools(model: LoadedModel) -> bool:
+    """Whether the loaded model's metadata names a pooling type (``<arch>.pooling_type`` 1-3:
+    mean, CLS, last): an embedding model. A lookup in the loaded metadata, where the same
+    question asked of the file (:func:`~eliza_llamacpp.gguf_header.embedding_spec`) walks the
+    whole header, vocabulary included (tens of ms on a 49k vocabulary)."""
+    buf = ctypes.create_string_buffer(16)
+    key = f"{architecture(model)}.pooling_type".encode()
+    n = lc.llama_model_meta_val_str(model.ptr, key, buf, len(buf))
+    return n > 0 and buf.value.strip() in (b"1", b"2", b"3")
+
+
+__all__ = ["RUNTIME", "LoadedModel", "architecture", "free_model", "load_model", "pools",
+           "shared_model", "use_extra_buffers"]
