@@ -111,7 +111,7 @@ class OpenAIReplica:
         if bundle_embedding(bundle, backend=backend) is not None:  # an embedding model
             threads = base.threads or reserved_cores()
             self.pool = self.embeddings = EmbeddingService(
-                bundle, base.model_copy(update={"threads": threads}), backend=backend,
+                bundle, StreamConfig.build(base, threads=threads), backend=backend,
                 max_queue=max(queue or 0, capacity or 0, DEFAULT_QUEUE))
             self.pool.open()
             log.info("replica %s: embedding model %s on %s", self.replica, self.model,
