@@ -41,7 +41,7 @@ from .hooks import SessionHooks
 from .media_seq import PrefillPlan, SessionMedia
 from .model_info import ModelInfo
 from .repair import Repair
-from .slot_state import SlotState
+from .slot_state import SlotSnapshot, SlotState
 from .speculation import Speculation
 from .turn import Turn, new_guide, turn_settings
 from .types import (
@@ -416,11 +416,38 @@ class Session(SessionHooks):
         version; ``next()`` then continues exactly as the saved session would have (greedy).
 
         A foreign, truncated or corrupted file raises :class:`SlotError` and leaves the session
-        as it was."""
+        as it was; a state the runtime itself refuses (another KV layout) is :class:`SlotError`
+        too, and leaves the session empty."""
         self.__slots.check("restore")
         self.__guard.begin("restore_slot", allow_cancelled=True, guarded=True)
         try:
             self.__slots.restore(path)
+            self.__turn.ready = True
+        finally:
+            self.__guard.end()
+
+    @final
+    def save_state(self) -> SlotSnapshot:
+        """The sequence state in host memory (what :meth:`save_slot` writes, without the
+        file), for :meth:`load_state` on this session or another on the same model and
+        context (a prompt cache). :class:`UnsupportedOperationError` without
+        ``capabilities.slots``."""
+        self.__slots.check("save")
+        self.__guard.begin("save_state", guarded=True)
+        try:
+            return self.__slots.capture("save_state")
+        finally:
+            self.__guard.end()
+
+    @final
+    def load_state(self, snapshot: SlotSnapshot) -> None:
+        """Replace the session's state with ``snapshot`` (from :meth:`save_state`); as
+        :meth:`restore_slot`, a state the runtime refuses is :class:`SlotError` and leaves the
+        session empty."""
+        self.__slots.check("restore")
+        self.__guard.begin("load_state", allow_cancelled=True, guarded=True)
+        try:
+            self.__slots.load(snapshot)
             self.__turn.ready = True
         finally:
             self.__guard.end()

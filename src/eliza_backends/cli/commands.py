@@ -156,7 +156,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                      config=config,
                      model=args.model_name, grace=args.grace, log_format=args.log_format,
                      log_level=args.log_level, allow_media_files=args.allow_media_files,
-                     api_key=api_key, warm=not args.no_warmup)
+                     api_key=api_key, warm=not args.no_warmup, cache_ram=args.cache_ram)
     except OSError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR

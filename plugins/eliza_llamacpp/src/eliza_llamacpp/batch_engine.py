@@ -319,6 +319,12 @@ class SharedLane:
         with engine.scheduler.exclusive():
             return int(lc.llama_memory_seq_pos_max(engine.mem, self.seq))
 
+    def pos_min(self) -> int:
+        """See :meth:`eliza_llamacpp.lane.Lane.pos_min`."""
+        engine = self.engine
+        with engine.scheduler.exclusive():
+            return int(lc.llama_memory_seq_pos_min(engine.mem, self.seq))
+
     def save(self) -> bytes:
         """See :meth:`eliza_llamacpp.lane.Lane.save`."""
         engine = self.engine

@@ -93,6 +93,11 @@ class Lane(Protocol):
         """The last position the sequence holds (-1: none)."""
         ...
 
+    def pos_min(self) -> int:
+        """The first position the sequence holds (-1: none; above 0 when a sliding-window
+        cache holds only the window's last positions, as after restoring a saved state)."""
+        ...
+
     def save(self) -> bytes:
         """The sequence's state (``llama_state_seq_get_data``); b"" when llama.cpp fails."""
         ...

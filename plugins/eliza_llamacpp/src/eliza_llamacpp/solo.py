@@ -131,6 +131,10 @@ class SoloLane:
         """See :meth:`eliza_llamacpp.lane.Lane.pos_max`."""
         return int(lc.llama_memory_seq_pos_max(self.mem, 0))
 
+    def pos_min(self) -> int:
+        """See :meth:`eliza_llamacpp.lane.Lane.pos_min`."""
+        return int(lc.llama_memory_seq_pos_min(self.mem, 0))
+
     def save(self) -> bytes:
         """See :meth:`eliza_llamacpp.lane.Lane.save`."""
         return save_seq(self.ctx, 0)
