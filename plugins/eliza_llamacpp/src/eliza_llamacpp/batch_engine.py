@@ -332,7 +332,7 @@ class SharedLane:
             state = save_seq(engine.ctx, self.seq)
         return to_one_stream(state, engine.slot_streams, self.seq)
 
-    def load(self, state: bytes, tokens: Sequence[int]) -> bool:
+    def load(self, state: bytes | memoryview, tokens: Sequence[int]) -> bool:
         """See :meth:`eliza_llamacpp.lane.Lane.load`."""
         engine, seq = self.engine, self.seq
         with engine.scheduler.exclusive():

@@ -102,7 +102,7 @@ class Lane(Protocol):
         """The sequence's state (``llama_state_seq_get_data``); b"" when llama.cpp fails."""
         ...
 
-    def load(self, state: bytes, tokens: Sequence[int]) -> bool:
+    def load(self, state: bytes | memoryview, tokens: Sequence[int]) -> bool:
         """Replace the sequence by a saved state holding ``tokens``; False when llama.cpp
         refuses it (the sequence is then empty)."""
         ...

@@ -436,7 +436,7 @@ class LlamaCppSession(Session):
         if not 1 <= n_kv <= len(tokens):
             raise SlotError(f"slot says {n_kv} cached tokens for a history of {len(tokens)}")
         self._saved = None
-        if not self._lane.load(payload[4:], tokens[:n_kv]):
+        if not self._lane.load(memoryview(payload)[4:], tokens[:n_kv]):
             self._reset()
             raise SlotError("llama.cpp refused the saved state (a different context size or "
                             "model configuration?); prefill again")

@@ -139,7 +139,7 @@ class SoloLane:
         """See :meth:`eliza_llamacpp.lane.Lane.save`."""
         return save_seq(self.ctx, 0)
 
-    def load(self, state: bytes, tokens: Sequence[int]) -> bool:
+    def load(self, state: bytes | memoryview, tokens: Sequence[int]) -> bool:
         """See :meth:`eliza_llamacpp.lane.Lane.load`."""
         self.clear()
         return load_seq(self.ctx, 0, state)
