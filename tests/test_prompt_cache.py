@@ -11,6 +11,7 @@ saved on a batched sliding-window sequence restored into an own context is a typ
 from __future__ import annotations
 
 import json
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -240,3 +241,51 @@ def test_the_server_restores_returning_conversations(bundle: str, slots: list[st
     assert all(held > 300 for _, held in returning), with_cache
     assert stats["hits"] >= 1 and stats["refused"] == 0
     assert stats["limit_bytes"] == 64 << 20 and stats["bytes"] <= 64 << 20
+
+
+def _post(server: ServerProcess, path: str, body: dict[str, Any] | None = None
+          ) -> tuple[int, dict[str, Any]]:
+    request = urllib.request.Request(server.root + path, json.dumps(body or {}).encode(),
+                                     {"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as resp:
+            return resp.status, json.load(resp)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.load(exc)
+
+
+def test_slot_files_survive_a_restart(tmp_path: Path) -> None:
+    """``/slots/0?action=save`` writes the slot's conversation into ``--slot-save-path``; a new
+    server restores it and continues the conversation from its state, with the reply of a
+    server that prefilled it all; names outside the folder, unknown slots and missing files
+    are refused."""
+    common = ["--backend", "llama.cpp", "--threads", "1", "--context-size", "1024",
+              "--parallel", "1", "--cache-ram", "0"]
+    chat = _conversation(TOPICS[0])
+    with ServerProcess(TINY_BUNDLE, *common) as plain:
+        first, _ = _chat(plain, chat)
+        again = _continue(chat, first)
+        expected, _ = _chat(plain, again)
+        status, body = _post(plain, "/slots/0?action=save", {"filename": "a.bin"})
+        assert status == 400 and body["error"]["code"] == "slot_save_path_unset"
+    with ServerProcess(TINY_BUNDLE, *common, "--slot-save-path", str(tmp_path)) as before:
+        assert _chat(before, chat)[0] == first
+        status, saved = _post(before, "/slots/0?action=save", {"filename": "a.bin"})
+        assert status == 200 and saved["id_slot"] == 0 and saved["n_saved"] > 300
+        assert saved["n_written"] == (tmp_path / "a.bin").stat().st_size
+        for bad in ("../a.bin", "/etc/passwd", ".hidden", "a/b", "", 7):
+            status, body = _post(before, "/slots/0?action=save", {"filename": bad})
+            assert status == 400 and body["error"]["code"] == "invalid_filename", bad
+        assert not (tmp_path.parent / "a.bin").exists()
+        assert _post(before, "/slots/3?action=save", {"filename": "b.bin"})[0] == 400
+        assert _post(before, "/slots/0?action=dance")[0] == 400
+    with ServerProcess(TINY_BUNDLE, *common, "--slot-save-path", str(tmp_path)) as after:
+        status, body = _post(after, "/slots/0?action=restore", {"filename": "missing.bin"})
+        assert status == 400 and body["error"]["code"] == "invalid_slot_file"
+        status, restored = _post(after, "/slots/0?action=restore", {"filename": "a.bin"})
+        assert status == 200 and restored["n_restored"] == saved["n_saved"]
+        reply, held = _chat(after, again)
+        assert reply == expected and held >= saved["n_saved"] - 2
+        status, erased = _post(after, "/slots/0?action=erase")
+        assert status == 200 and erased["n_erased"] > held
+        assert after.health()["slots"][0]["n_past"] == 0

@@ -197,6 +197,9 @@ _COMMANDS: tuple[tuple[str, str, tuple[_Step, ...], dict[str, Any]], ...] = (
              "cache: a conversation evicted from its slot keeps its KV state there, and "
              "restores it when it comes back (0: off; default: an eighth of the RAM, at most "
              "8192)"),
+        _arg("--slot-save-path", metavar="DIR", help="the folder of the slot files that "
+             "POST /slots/{id}?action=save|restore writes and reads (default: none; erase "
+             "works without)"),
         lambda p: _stream_flags(p, "--context-size", "--batch-size", "--draft-length"),
         _arg("--draft-policy", choices=["auto", "fixed"], help="auto: each round's draft "
              "length from the measured acceptance and cost, up to --draft-length; fixed: "

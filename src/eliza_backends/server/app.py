@@ -39,6 +39,7 @@ whoever runs it (``eliza-backends serve``, or another ASGI host).
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -72,6 +73,7 @@ from .api_errors import ApiError, api_error, sse
 from .auth import ApiKeyGuard
 from .pool import Lease, SessionPool
 from .run import GenerationResponse, GenerationRun, starter
+from .slot_files import SlotFiles
 
 access_log = logging.getLogger("eliza_backends.server.access")
 
@@ -307,9 +309,12 @@ class OpenAIServer:
 
 
 def create_app(pool: SessionPool, *, model: str, max_body: int = MAX_BODY,
-               media: MediaLimits | None = None, api_key: str | None = None) -> ASGIApp:
+               media: MediaLimits | None = None, api_key: str | None = None,
+               slot_save_path: str | os.PathLike[str] | None = None) -> ASGIApp:
     """The ASGI application serving ``pool`` under the model id ``model`` (with access logs);
-    ``media``: the limits on requests' images and audio (see :class:`OpenAIServer`).
+    ``media``: the limits on requests' images and audio (see :class:`OpenAIServer`);
+    ``slot_save_path``: the folder of ``POST /slots/{id}?action=save|restore``'s files
+    (:mod:`~eliza_backends.server.slot_files`; None: only ``erase``).
     With ``api_key``, every request but ``GET /health`` must carry it, else 401
     (:class:`~eliza_backends.server.auth.ApiKeyGuard`; refused requests are logged too).
 
@@ -319,8 +324,8 @@ def create_app(pool: SessionPool, *, model: str, max_body: int = MAX_BODY,
     async def not_found(request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
         message = (f"no route {request.method} {request.url.path}; this server has "
-                   "/v1/chat/completions, /v1/completions, /v1/responses, /v1/messages, /v1/models "
-                   "and /health"
+                   "/v1/chat/completions, /v1/completions, /v1/responses, /v1/messages, "
+                   "/v1/models, /slots/{id} and /health"
                    if status in (404, 405) else str(exc))
         return ApiError(status, message, code="not_found" if status == 404 else None
                         ).response()
@@ -341,6 +346,7 @@ def create_app(pool: SessionPool, *, model: str, max_body: int = MAX_BODY,
               methods=["GET", "DELETE"]),
         Route("/v1/messages", server.messages, methods=["POST"]),
         Route("/v1/messages/count_tokens", server.count_tokens, methods=["POST"]),
+        Route("/slots/{id:int}", SlotFiles(pool, slot_save_path).action, methods=["POST"]),
     ], exception_handlers=handlers)
     app.state.server = server
     return AccessLog(ApiKeyGuard(app, api_key) if api_key else app)

@@ -55,7 +55,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from ..backend.context import InferenceContext
@@ -68,9 +68,11 @@ from ..errors import (
     InvalidArgumentError,
     PoolClosedError,
     PoolFullError,
+    SessionBusyError,
 )
 from ..serving import SessionKey, serving_config, session_key
 from ..stream import Stream, open_stream
+from .pool_stats import PoolStats
 from .throughput import Throughput
 from .warmup import warm_up
 
@@ -112,48 +114,6 @@ class _Waiter:
     future: asyncio.Future[Slot]
     text: str
     key: SessionKey
-
-
-@dataclass
-class PoolStats:
-    """Counters of a pool (for ``/health`` and tests)."""
-
-    sessions: int
-    busy: int
-    queued: int
-    served: int
-    cancelled: int
-    reopened: int
-    failed: int
-    draining: bool
-    #: sequences decoding together in one batched context (1: independent sessions)
-    parallel: int = 1
-    #: True when the sessions share one batched runtime context
-    batched: bool = False
-    #: how the sessions run, in words (says so when a backend does not batch)
-    batching: str = ""
-    #: requests generating now (each holds one sequence)
-    active_sequences: int = 0
-    #: completion tokens per second over the last ``tokens_window_s`` seconds, all slots
-    tokens_per_second: float = 0.0
-    tokens_window_s: float = 0.0
-    #: completion tokens generated since the pool opened
-    completion_tokens: int = 0
-    #: the batched context's step totals (:meth:`BatchStats.summary`: steps, mean sequences
-    #: per step, ...); None when the slots are not batched
-    batch: dict[str, Any] | None = None
-    #: the speculative drafter's totals since the pool opened (``drafter``, ``drafted`` and
-    #: ``accepted`` tokens, ``acceptance``); None when the sessions do not draft
-    draft: dict[str, Any] | None = None
-    #: the prompt cache's counters (:meth:`PromptCache.stats`: ``hits``, ``misses``,
-    #: ``entries``, ``bytes``, ``limit_bytes`` ...); None when it is off
-    prompt_cache: dict[str, Any] | None = None
-    steps_after_cancel: list[int] = field(default_factory=list)
-    slots: list[dict[str, Any]] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return dict(self.__dict__)
 
 
 class SessionPool:
@@ -387,6 +347,22 @@ class SessionPool:
         slot.last_used = time.monotonic()
         lease = Lease(self, slot, config)
         slot.lease = lease
+        return lease
+
+    def lease_slot(self, index: int) -> Lease:
+        """A lease on slot ``index`` now (the ``/slots`` actions): :class:`InvalidArgumentError`
+        when there is no such slot, :class:`SessionBusyError` while it serves a request,
+        :class:`PoolClosedError` when shutting down. Call from the event loop."""
+        if self._draining or self._closed:
+            raise PoolClosedError("the server is shutting down")
+        if not 0 <= index < len(self.slots):
+            raise InvalidArgumentError(f"no slot {index}: this server has slots 0 to "
+                                       f"{len(self.slots) - 1}")
+        slot = self.slots[index]
+        if slot.busy or slot.stream is None or slot.config is None:
+            raise SessionBusyError(f"slot {index} is serving a request; retry when it is idle")
+        slot.busy, slot.last_used = True, time.monotonic()
+        slot.lease = lease = Lease(self, slot, slot.config)
         return lease
 
     def _pick(self, text: str, key: SessionKey) -> Slot | None:

@@ -166,7 +166,8 @@ def serve(bundle: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int 
           log_format: LogFormat = "text", log_level: str = "info",
           out: IO[str] | None = None, allow_media_files: bool = False,
           api_key: str | None = None, warm: bool = True,
-          cache_ram: int | None = None) -> int:
+          cache_ram: int | None = None,
+          slot_save_path: str | os.PathLike[str] | None = None) -> int:
     """Serve ``bundle`` until interrupted; returns the exit status (0 after a graceful
     shutdown). ``parallel`` concurrent generations batched in one runtime context, or
     ``sessions`` independent ones, over one model load (neither: ``parallel="auto"``; see
@@ -178,7 +179,8 @@ def serve(bundle: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int 
     :mod:`~eliza_backends.server.auth`); without one, a ``host`` beyond loopback is warned
     about at startup; ``warm``: warm the runtime contexts up before listening (see
     :mod:`~eliza_backends.server.warmup`); ``cache_ram``: the prompt cache's bound in MiB
-    (0: off; None: :func:`default_cache_mib`).
+    (0: off; None: :func:`default_cache_mib`); ``slot_save_path``: the folder of the
+    ``/slots`` endpoints' files (:mod:`~eliza_backends.server.slot_files`).
     Raises :class:`ElizaError` when the bundle cannot be served (or both ``sessions`` and
     ``parallel`` are over 1) and ``OSError`` when the address is taken. A ``config`` with a
     drafter speculates on every session (``drafter="mtp"`` without ``parallel`` or
@@ -209,7 +211,8 @@ def serve(bundle: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int 
         if warning:
             logging.getLogger("eliza_backends.server").warning("%s", warning)
         media = MediaLimits(allow_files=True) if allow_media_files else None
-        uv_config = uvicorn.Config(create_app(pool, model=name, media=media, api_key=api_key),
+        uv_config = uvicorn.Config(create_app(pool, model=name, media=media, api_key=api_key,
+                                              slot_save_path=slot_save_path),
                                    log_config=None,
                                    access_log=False, lifespan="off", ws="none",
                                    timeout_graceful_shutdown=math.ceil(grace + SHUTDOWN_MARGIN))
