@@ -38,9 +38,9 @@ def _conversation(topic: str) -> list[dict[str, str]]:
     return [SYSTEM, {"role": "user", "content": f"Tell me about {topic}. " * 20}]
 
 
-def _reply(stream: Stream, messages: list[dict[str, str]]) -> tuple[str, int]:
-    """The greedy reply to ``messages`` (12 tokens at most) and the prompt tokens the session
-    held already."""
+def _reply(stream: Stream, messages: list[dict[str, str]] | list[int]) -> tuple[str, int]:
+    """The greedy reply to ``messages`` (or token ids; 12 tokens at most) and the prompt
+    tokens the session held already."""
     gen = Generation(stream, messages, max_tokens=12)
     gen.start()
     while not gen.done:
@@ -83,13 +83,17 @@ def test_a_returning_conversation_restores_its_state_and_replies_the_same(
     with open_stream(context, CONFIG, backend="llama.cpp") as stream:
         stream.prompt_cache = cache
         cached = _rotate(stream, TOPICS[:2])
+        # a sliding window's state restores only whole: each eviction also keeps the state
+        # at the last prompt's end (the reply comes back as text)
+        per_eviction = 2 if stream.session.save_state().min_keep else 1
     assert [(t, r) for t, r, _ in cached] == [(t, r) for t, r, _ in uncached]
     second_round = cached[2:]
     for (_, _, with_cache), (_, _, without) in zip(second_round, uncached[2:], strict=True):
         assert with_cache > 300 > without  # the whole history, not just the system prompt
     stats = cache.stats()
     assert stats["hits"] == 2 and stats["refused"] == 0
-    assert stats["stored"] == 3 and stats["entries"] == 1 and 0 < stats["bytes"] <= 64 << 20
+    assert stats["stored"] == 3 * per_eviction and stats["entries"] >= 1
+    assert 0 < stats["bytes"] <= 64 << 20
 
 
 def _continue(messages: list[dict[str, str]], reply: str) -> list[dict[str, str]]:
@@ -102,17 +106,18 @@ def test_under_byte_pressure_the_oldest_state_is_dropped(context: InferenceConte
     chats = [_conversation(t) for t in TOPICS]
     with open_stream(context, CONFIG, backend="llama.cpp") as stream:
         replies = [_reply(stream, chats[0])[0]]
-        size = stream.session.save_state().nbytes
-        cache = PromptCache(size * 3 // 2)  # room for one state of this size, not two
+        state = stream.session.save_state()
+        per = 2 if state.min_keep else 1  # a sliding window's eviction keeps two states
+        cache = PromptCache(state.nbytes * per * 3 // 2)  # one eviction's states, not two
         stream.prompt_cache = cache
         replies.append(_reply(stream, chats[1])[0])  # saves topic 0's state
         replies.append(_reply(stream, chats[2])[0])  # saves topic 1's, drops topic 0's
         stats = cache.stats()
-        assert stats["stored"] == 2 and stats["dropped"] == 1 and stats["entries"] == 1
-        assert stats["bytes"] <= cache.limit_bytes
+        assert stats["stored"] == 2 * per and stats["dropped"] == per
+        assert stats["entries"] == per and stats["bytes"] <= cache.limit_bytes
         _, held = _reply(stream, _continue(chats[0], replies[0]))  # dropped: re-prefilled
         assert held < 100 and cache.stats()["hits"] == 0
-        assert cache.stats()["dropped"] == 2  # topic 2's state took topic 1's room
+        assert cache.stats()["dropped"] == 2 * per  # topic 2's states took topic 1's room
         _, held = _reply(stream, _continue(chats[2], replies[2]))  # still there
         assert cache.stats()["hits"] == 1 and held > 300
 
@@ -159,6 +164,29 @@ def test_sliding_window_states_restore_only_where_valid() -> None:
         text, _ = _reply(stream, long_prompt)
         assert cache.stats()["hits"] == 0
         assert text == _reply(ref, long_prompt)[0]
+
+
+def test_a_sliding_window_eviction_keeps_the_state_at_the_prompt_end_too() -> None:
+    """The reply comes back as text, which need not tokenize as it was generated: on a
+    sliding-window model an eviction also keeps the state where the reply started, so a
+    request that shares the prompt but not the reply's tokens still restores (and replies as
+    a session that prefilled it all)."""
+    with InferenceContext(GEMMA4_TINY) as context, \
+            open_stream(context, CONFIG, backend="llama.cpp") as stream, \
+            open_stream(context, CONFIG, backend="llama.cpp") as ref:
+        prompt = stream.session.tokenize("Once upon a time " * 30)
+        stream.prefill_reusing(prompt)
+        stream.text()  # the reply: its tokens are in the history after the prompt
+        assert stream.session.n_past > len(prompt)
+        cache = PromptCache(64 << 20)
+        cache.evict(stream.session, len(prompt))
+        assert cache.stats()["stored"] == 2
+        stream.session.reset()
+        stream.prompt_cache = cache
+        other = [*prompt, *stream.session.tokenize(" and then", add_special=False)]
+        text, held = _reply(stream, other)
+        assert held == len(prompt) and cache.stats()["hits"] == 1
+        assert text == _reply(ref, other)[0]
 
 
 def test_media_items_compare_by_digest() -> None:

@@ -109,6 +109,7 @@ class Stream:
         #: and restores a longer prefix from (None: the session's own prefix only); shared by
         #: the streams of one server (see :mod:`eliza_backends.backend.prompt_cache`).
         self.prompt_cache: PromptCache | None = None
+        self._prompt_end = 0  # the sequence's length after the last prefill_reusing
 
     @property
     def config(self) -> StreamConfig:
@@ -203,7 +204,9 @@ class Stream:
         if not any(isinstance(e, MediaItem) for e in elements):
             ids: list[int] = elements  # type: ignore[assignment]
             keep = session.reset_keep(min(self._reusable(ids, ()), len(ids) - 1))
-            return self.prefill(ids[keep:])
+            fed = self.prefill(ids[keep:])
+            self._prompt_end = session.n_past
+            return fed
         return self._prefill_plan_reusing(session.plan_prefill(elements))
 
     def _prefill_plan_reusing(self, plan: PrefillPlan) -> int:
@@ -211,13 +214,15 @@ class Stream:
             raise InvalidArgumentError("prefill_reusing() needs at least one token id")
         keep = self.session.reset_keep(min(self._reusable(plan.ids, plan.spans),
                                            len(plan.ids) - 1))
-        return self.prefill(plan.tail(keep))
+        fed = self.prefill(plan.tail(keep))
+        self._prompt_end = self.session.n_past
+        return fed
 
     def _reusable(self, ids: Sequence[int], spans: Sequence[MediaSpan]) -> int:
         """The prefix of ``ids`` (media ``spans``) the session holds, after the prompt cache
         (when set) saved an evicted conversation and restored a longer prefix."""
         if self.prompt_cache is not None:
-            return self.prompt_cache.swap(self.session, ids, spans)
+            return self.prompt_cache.swap(self.session, ids, spans, self._prompt_end)
         return reusable(self.session.history, self.session.media, ids, spans)
 
     def chat_elements(self, messages: Sequence[Mapping[str, Any]], *,

@@ -103,20 +103,21 @@ class PromptCache:
 
     # ------------------------------------------------------------------ the one call
 
-    def swap(self, session: Session, ids: Sequence[int], spans: Sequence[MediaSpan] = ()
-             ) -> int:
+    def swap(self, session: Session, ids: Sequence[int], spans: Sequence[MediaSpan] = (),
+             prompt_end: int = 0) -> int:
         """Before ``session`` prefills ``ids`` (with media ``spans``): save what it holds
         when the request keeps less than :data:`SIMILARITY` of it, and restore the entry that
         gives the request the longest valid prefix when that beats the session's own. Returns
-        the prefix the session now shares with the request. On the session's consumer thread,
-        between generations."""
+        the prefix the session now shares with the request. ``prompt_end``: the length of
+        what the session held when its last reply started (see :meth:`evict`). On the
+        session's consumer thread, between generations."""
         history = session.history
         held = reusable(history, session.media, ids, spans)
         if not self.limit_bytes:
             return held
         entry = self._take(ids, spans, held)  # first: its bytes are free for the store
         if history and held < SIMILARITY * len(history) and session.capabilities.slots:
-            self.store(session.save_state())
+            self.evict(session, prompt_end)
         if entry is None:
             if held < SIMILARITY * len(ids):
                 self.counts.misses += 1
@@ -131,6 +132,18 @@ class PromptCache:
         self.counts.hits += 1
         self.counts.hit_tokens += min(gained, len(ids) - 1)
         return gained
+
+    def evict(self, session: Session, prompt_end: int = 0) -> None:
+        """Store what ``session`` holds; when that state restores only for about its whole
+        length (a sliding window) and ``prompt_end`` (where its last reply started) is before
+        that, also the state cut back there: the conversation comes back with the reply as
+        text, which need not tokenize as it was generated (llama-server keeps context
+        checkpoints for the same reason). The session is cut back then."""
+        state = session.save_state()
+        if 0 < prompt_end - 1 < state.min_keep and prompt_end < len(state.tokens) and \
+                session.reset_keep(prompt_end) == prompt_end:
+            self.store(session.save_state())  # first: the whole state is the fresher entry
+        self.store(state)
 
     # ------------------------------------------------------------------ entries
 
