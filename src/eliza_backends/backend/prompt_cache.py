@@ -30,19 +30,22 @@ its own consumer thread, as always.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import SlotError
+from ..errors import ElizaError, SlotError
 from .media_seq import reusable_prefix
 from .slot_state import SlotSnapshot
 from .types import MediaSpan
 
 if TYPE_CHECKING:
     from .session import Session
+
+log = logging.getLogger("eliza_backends.prompt_cache")
 
 #: A request continues what a session holds when it keeps at least this fraction of it
 #: (below it, the session's conversation is saved before it is cut; the server's slot
@@ -113,25 +116,30 @@ class PromptCache:
         session's consumer thread, between generations."""
         history = session.history
         held = reusable(history, session.media, ids, spans)
-        if not self.limit_bytes:
+        if not self.limit_bytes or not session.capabilities.slots:
             return held
         entry = self._take(ids, spans, held)  # first: its bytes are free for the store
-        if history and held < SIMILARITY * len(history) and session.capabilities.slots:
-            self.evict(session, prompt_end)
+        if history and held < SIMILARITY * len(history):
+            try:
+                self.evict(session, prompt_end)
+            except ElizaError as exc:  # the request goes on without the cache's help
+                log.warning("the session's state was not kept in the prompt cache: %s", exc)
         if entry is None:
-            if held < SIMILARITY * len(ids):
-                self.counts.misses += 1
+            self._count(misses=int(held < SIMILARITY * len(ids)))
             return held
         try:
             session.load_state(entry)
         except SlotError:  # another layout (the session is empty now): prefill it all
-            self.counts.refused += 1
-            self.counts.misses += 1
+            self._count(refused=1, misses=1)
             return 0
         gained = reusable(session.history, session.media, ids, spans)
-        self.counts.hits += 1
-        self.counts.hit_tokens += min(gained, len(ids) - 1)
+        self._count(hits=1, hit_tokens=min(gained, len(ids) - 1))
         return gained
+
+    def _count(self, **added: int) -> None:
+        with self._lock:
+            for name, n in added.items():
+                setattr(self.counts, name, getattr(self.counts, name) + n)
 
     def evict(self, session: Session, prompt_end: int = 0) -> None:
         """Store what ``session`` holds; when that state restores only for about its whole
@@ -200,9 +208,8 @@ class PromptCache:
         """JSON-ready counters: ``hits``, ``misses``, ``hit_tokens``, ``stored``, ``dropped``,
         ``refused``, ``entries``, ``bytes``, ``limit_bytes``."""
         with self._lock:
-            entries, size = len(self._entries), self._bytes
-        return {**self.counts.__dict__, "entries": entries, "bytes": size,
-                "limit_bytes": self.limit_bytes}
+            return {**self.counts.__dict__, "entries": len(self._entries),
+                    "bytes": self._bytes, "limit_bytes": self.limit_bytes}
 
 
 def _covers(big: SlotSnapshot, small: SlotSnapshot) -> bool:
