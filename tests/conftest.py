@@ -34,7 +34,9 @@ TINY_BUNDLE = ROOT / "examples" / "bundles" / "tiny"
 QUICK = frozenset({
     "test_batching", "test_bundle", "test_chat", "test_chat_tokens", "test_close_abort",
     "test_contract_edges",
-    "test_conformance_scripted", "test_gemma4_tools", "test_generate_batch",
+    "test_conformance_scripted", "test_gemma4_grammar", "test_gemma4_repair",
+    "test_gemma4_tools",
+    "test_generate_batch",
     "test_kit_catches_broken_backends", "test_openai_api", "test_openai_server",
     "test_parallel_serving", "test_selector", "test_stream_api", "test_structured",
     "test_text_and_slots", "test_tokenizer", "test_typed_errors",

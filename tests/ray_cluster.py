@@ -4,7 +4,16 @@ overloaded by other jobs that can pass, so a start that timed out is tried again
 
 from __future__ import annotations
 
+import socket
+
 import ray
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now (for Serve's HTTP proxy)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def start_local_ray(num_cpus: int = 2, attempts: int = 3) -> None:

@@ -339,6 +339,48 @@ def test_a_multimodal_gemma4_gets_a_projector_and_an_mlx_vlm_folder() -> None:
     assert families.for_model_type("llama", GEMMA4_MM).projector_runs(config) == ()
 
 
+UNIFIED = Path(__file__).resolve().parent.parent / "examples" / "bundles" / \
+    "gemma4-unified-tiny"
+
+
+def test_gemma4_unified_is_its_own_family(tmp_path: Path) -> None:
+    """A Gemma4UnifiedForConditionalGeneration folder: the gemma4_unified family (its GGUFs by
+    llama.cpp's converter: the text model, the gemma4uv + gemma4ua projector; mlx-vlm's MLX
+    folder; image and audio checked by --verify against the Unified reference); its text
+    folder is a Gemma4UnifiedForCausalLM; its assistant is refused as a source and checked as a
+    draft; LiteRT and Core ML refuse with a message."""
+    from eliza_backends.convert import families
+    from eliza_backends.convert.families.gemma4_unified import text_folder_config
+    from eliza_backends.convert.hf_source import HFSource
+
+    folder = UNIFIED / "text" / "gemma4-unified-tiny-mlx"
+    config = json.loads((folder / "config.json").read_text())
+    family = families.for_model_type("gemma4_unified", folder)
+    assert family.architecture == "gemma4_unified" and family.llama_cpp_gguf
+    assert family.media_kinds(config) == ("image", "audio")
+    assert family.projector_runs(config) == (("mmproj-f32.gguf", ("--mmproj",)),)
+    assert family.mlx_vlm_text_fields(config) == {"global_head_dim": 64,
+                                                  "use_double_wide_mlp": False}
+    facts = HFSource(folder).facts()
+    assert (facts.architecture, facts.vocab_size, facts.hidden_size) == ("gemma4_unified",
+                                                                         519, 128)
+    assert facts.extra["hidden_size_per_layer_input"] == 0
+    text = text_folder_config(config)
+    assert (text["model_type"], text["architectures"]) == ("gemma4_unified_text",
+                                                           ["Gemma4UnifiedForCausalLM"])
+    assert "hidden_size_per_layer_input" not in text and text["global_head_dim"] == 64
+    with pytest.raises(BundleError, match="--draft"):
+        HFSource(UNIFIED / "source" / "assistant")
+    draft = UNIFIED / "source" / "assistant"
+    assert families.check_draft(draft, facts)["model_type"] == "gemma4_unified_assistant"
+    with pytest.raises(BundleError, match="drafts for a gemma4_unified target only"):
+        families.check_draft(draft, HFSource(GEMMA4_TARGET).facts())
+    with pytest.raises(BundleError, match="drop litert"):
+        family.litert_source(folder, tmp_path)
+    with pytest.raises(BundleError, match="drop coreml"):
+        family.coreml_module(None, facts, 64, "float32")
+
+
 def test_verify_media_sends_what_the_reference_reads() -> None:
     """--verify's test media: a 70-token image (sides multiples of 48 px) and 1 s of 16 kHz
     PCM that survive the OpenAI parts a client sends bit for bit (what the runtimes decode is

@@ -187,8 +187,10 @@ MALFORMED = [
 
 @pytest.mark.parametrize("text", MALFORMED)
 def test_malformed_calls_come_back_as_content(text: str) -> None:
-    """The layer's rule for a reply that is not a well-formed call: the whole text is content
-    and there are no calls (as for JSON replies cut short)."""
+    """The strict parser's rule for a reply that is not a well-formed call: the whole text is
+    content and there are no calls (as for JSON replies cut short). Replies are read by the
+    tolerant reader (test_gemma4_repair.py), which recovers the calls a person would recognise
+    among these and keeps the rest as content."""
     assert parse_gemma4_reply(text) == (text, [])
 
 

@@ -57,13 +57,15 @@ def test_sync_streaming_does_not_import_asyncio() -> None:
 
 def test_opening_a_stream_loads_only_what_a_first_token_needs() -> None:
     """Issue 42: the open path reads no manifest (pydantic models, sha256), renders no chat
-    template, loads no bundle tokenizer, slot format or close-match helper."""
+    template, loads no bundle tokenizer, slot format or close-match helper, and validates its
+    config and the backend's options (given here) without pydantic or its plugin scan."""
     lazy = ("eliza_backends.manifest", "eliza_backends.prompt.chat",
             "eliza_backends.prompt.chat_tokens", "eliza_backends.prompt.tokenizers",
-            "eliza_backends.runtime.slots", "difflib")
+            "eliza_backends.runtime.slots", "difflib", "pydantic", "importlib.metadata")
     code = ("import sys\nfrom eliza_backends import open_stream\n"
             f"with open_stream({str(TINY_BUNDLE)!r}, backend='llama.cpp', threads=1, "
-            "max_tokens=2) as s:\n    s.prefill('Four')\n    s.text()\n"
+            "max_tokens=2, stop=['zz'], options={'llama.cpp': {'n_ubatch': 64}}) as s:\n"
+            "    s.prefill('Four')\n    s.text()\n"
             f"print(' '.join(m for m in {lazy!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)

@@ -85,7 +85,7 @@ def test_a_returning_conversation_restores_its_state_and_replies_the_same(
         cached = _rotate(stream, TOPICS[:2])
         # a sliding window's state restores only whole: each eviction also keeps the state
         # at the last prompt's end (the reply comes back as text)
-        per_eviction = 2 if stream.session.save_state().min_keep else 1
+        per_eviction = 2 if stream.session.save_slot().min_keep else 1
     assert [(t, r) for t, r, _ in cached] == [(t, r) for t, r, _ in uncached]
     second_round = cached[2:]
     for (_, _, with_cache), (_, _, without) in zip(second_round, uncached[2:], strict=True):
@@ -106,7 +106,7 @@ def test_under_byte_pressure_the_oldest_state_is_dropped(context: InferenceConte
     chats = [_conversation(t) for t in TOPICS]
     with open_stream(context, CONFIG, backend="llama.cpp") as stream:
         replies = [_reply(stream, chats[0])[0]]
-        state = stream.session.save_state()
+        state = stream.session.save_slot()
         per = 2 if state.min_keep else 1  # a sliding window's eviction keeps two states
         cache = PromptCache(state.nbytes * per * 3 // 2)  # one eviction's states, not two
         stream.prompt_cache = cache
@@ -149,12 +149,12 @@ def test_sliding_window_states_restore_only_where_valid() -> None:
             open_stream(context, CONFIG, backend="llama.cpp") as ref:
         long_prompt = _conversation(TOPICS[0])
         _reply(stream, long_prompt)
-        snapshot = stream.session.save_state()
+        snapshot = stream.session.save_slot()
         assert snapshot.min_keep >= len(snapshot.tokens) - 2  # the window's end only
-        stream.session.load_state(snapshot)
+        stream.session.restore_slot(snapshot)
         assert stream.session.reset_keep(100) == 0  # cut before the window: a full reset
         assert stream.session.history == ()
-        stream.session.load_state(snapshot)
+        stream.session.restore_slot(snapshot)
         assert stream.session.history == snapshot.tokens
         # the same prompt again (it ends inside the saved reply): not offered, replied right
         cache = PromptCache(64 << 20)

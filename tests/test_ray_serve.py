@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import threading
 import time
 from collections import Counter
@@ -21,6 +20,7 @@ import pytest
 import ray
 from conftest import TINY_BUNDLE
 from ray import serve
+from ray_cluster import free_port
 
 from eliza_backends import InferenceContext, chat_completion
 from eliza_backends.ray import app_builder, deployment
@@ -28,12 +28,6 @@ from eliza_backends.ray import app_builder, deployment
 CONFIG = {"threads": 1, "context_size": 512}
 MAX_TOKENS = 24
 QUESTIONS = [f"What is {i} plus {i}?" for i in range(8)]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

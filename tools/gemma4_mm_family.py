@@ -203,10 +203,13 @@ def write_processor_config(out: Path) -> None:
     (out / "processor_config.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
 
 
-def save_folder(model: Any, text_dir: Path, out: Path) -> None:
+def save_folder(model: Any, text_dir: Path, out: Path,
+                text_fields: dict[str, Any] | None = None,
+                processor_config: Any = None) -> None:
     """The Hugging Face folder: weights, config (global_head_dim and use_double_wide_mlp
-    explicit in text_config, as mlx-lm / mlx-vlm want), generation config, tokenizer,
-    processor."""
+    explicit in text_config, as mlx-lm / mlx-vlm want, and ``text_fields``), generation
+    config, tokenizer, processor (``processor_config(out)`` writes it; default this model's
+    :func:`write_processor_config`)."""
     from transformers import GenerationConfig
 
     if out.exists():
@@ -218,9 +221,10 @@ def save_folder(model: Any, text_dir: Path, out: Path) -> None:
     cfg = json.loads((out / "config.json").read_text())
     cfg["text_config"]["global_head_dim"] = g4.TARGET["global_head_dim"]
     cfg["text_config"]["use_double_wide_mlp"] = False
+    cfg["text_config"].update(text_fields or {})
     (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     write_tokenizer(text_dir, out)
-    write_processor_config(out)
+    (processor_config or write_processor_config)(out)
 
 
 # ---------------------------------------------------------------------------

@@ -45,7 +45,11 @@ class MediaEncoder:
     def __init__(self, model: Any, root: Path) -> None:
         self.model = model
         self.root = root
-        self.image_processor, self.feature_extractor = mm.processors()
+        self.image_processor, self.feature_extractor = self.processors()
+
+    def processors(self) -> tuple[Any, Any]:
+        """(image processor, audio feature extractor) of the model."""
+        return mm.processors()
 
     def image_inputs(self, files: list[str]) -> dict[str, Any]:
         from PIL import Image
@@ -143,6 +147,8 @@ def attention_masks(ids: list[int], rule: str) -> dict[str, Any]:
         full, sliding = causal, (causal | same) & window
     elif rule == "all-bidirectional":
         full, sliding = causal | same, (causal | same) & window
+    elif rule == "all-bidirectional-past-window":
+        full, sliding = causal | same, (causal & window) | same
     else:
         raise ValueError(rule)
     neg = torch.finfo(torch.float32).min
@@ -205,9 +211,13 @@ def model_inputs(encoder: MediaEncoder, parts: list[tuple[str, str]]) -> tuple[
 
 
 def oracle_prompt(model: Any, tok: Any, encoder: MediaEncoder, name: str,
-                  messages: list[dict[str, Any]], n: int) -> dict[str, Any]:
+                  messages: list[dict[str, Any]], n: int,
+                  native_rule: str = REFERENCE_RULE,
+                  rules: dict[str, str] | None = None) -> dict[str, Any]:
     """One prompt's record: rendered text, expanded ids, media spans, the reference greedy
-    tokens and gaps, and the tokens under the other mask rules."""
+    tokens and gaps, and the tokens under the other mask rules; ``native_rule``: the rule
+    transformers' forward applies by itself given ``mm_token_type_ids`` (checked); ``rules``
+    the mask rules measured (default MASK_RULES)."""
     rendered = mm.render_chat(messages, True)
     parts = media_parts(messages)
     inputs, counts = model_inputs(encoder, parts)
@@ -222,7 +232,11 @@ def oracle_prompt(model: Any, tok: Any, encoder: MediaEncoder, name: str,
         assert ids[start:start + count] == [soft] * count
         spans.append({"kind": kind, "file": file, "start": start, "count": count})
         pos = start + count
-    cont, gaps, first = greedy(model, ids, inputs, n, None)
+    # the reference tokens: transformers' own mask when its forward applies the reference
+    # rule (Gemma 4), else the reference masks built here (Gemma 4 Unified's plain forward
+    # applies native_rule)
+    native = native_rule == REFERENCE_RULE
+    cont, gaps, first = greedy(model, ids, inputs, n, None if native else REFERENCE_RULE)
     stop_ids = [1, 6]
     first_stop = next((i for i, t in enumerate(cont) if t in stop_ids), None)
     until = cont if first_stop is None else cont[:first_stop]
@@ -236,10 +250,11 @@ def oracle_prompt(model: Any, tok: Any, encoder: MediaEncoder, name: str,
         "min_logit_gap": round(min(gaps), 4), "logit_gaps": [round(x, 4) for x in gaps],
         "first_logits": _b64(first)}
     if any(k == "image" for k, _ in parts):
-        mine, _, _ = greedy(model, ids, inputs, n, REFERENCE_RULE)
-        assert mine == cont, f"{name}: attention_masks({REFERENCE_RULE}) != transformers' own"
+        own, _, _ = greedy(model, ids, inputs, n, None)
+        mine, _, _ = greedy(model, ids, inputs, n, native_rule)
+        assert mine == own, f"{name}: attention_masks({native_rule}) != transformers' own"
         other = {}
-        for rule in MASK_RULES:
+        for rule in rules or MASK_RULES:
             if rule == REFERENCE_RULE:
                 continue
             alt, _, alt_first = greedy(model, ids, inputs, n, rule)

@@ -1,6 +1,7 @@
 #!/usr/bin/env python
-"""Measure the tiny multimodal Gemma 4's runtimes against its torch oracle (BUNDLE/parity.json)
-straight through each runtime's own API, and write the numbers into parity.json's "measured".
+"""Measure the tiny multimodal Gemma 4's (or Gemma 4 Unified's) runtimes against its torch
+oracle (BUNDLE/parity.json) straight through each runtime's own API, and write the numbers
+into parity.json's "measured".
 
 llama.cpp: the text GGUF + the mmproj GGUF through libmtmd (llama_cpp.mtmd_cpp): each prompt's
 rendered text with its media placeholders as libmtmd's marker, mtmd_tokenize (which adds the
@@ -253,6 +254,51 @@ class MlxVlm:
                                           if a != b), None)}
 
 
+class MlxVlmUnified(MlxVlm):
+    """The same for a Gemma 4 Unified folder: mlx-vlm's gemma4_unified (its raw-patch / raw-frame
+    processor, projections and masks)."""
+
+    def __init__(self, root: Path) -> None:
+        from mlx_vlm.models.gemma4_unified.processing_gemma4_unified import (
+            Gemma4UnifiedProcessor,
+        )
+        from mlx_vlm.utils import load_model
+
+        folder = next(p for p in (root / "text").iterdir() if (p / "config.json").is_file())
+        self.model = load_model(folder)
+        self.processor = Gemma4UnifiedProcessor.from_pretrained(str(folder))
+
+    def inputs(self, root: Path, images: list[str], clips: list[str]) -> dict[str, Any]:
+        import mlx.core as mx
+        import numpy as np
+        from PIL import Image
+
+        kw: dict[str, Any] = {}
+        if images:
+            pv, _ = self.processor.image_processor(
+                [Image.fromarray(mm.read_image(root / f)) for f in images])
+            kw["pixel_values"] = mx.array(np.asarray(pv["pixel_values"], dtype=np.float32))
+            kw["image_position_ids"] = mx.array(np.asarray(pv["image_position_ids"]))
+        if clips:
+            fe = self.processor.feature_extractor([mm.read_audio(root / f) for f in clips],
+                                                  sampling_rate=16000, return_tensors="np")
+            kw["input_features"] = mx.array(np.asarray(fe["input_features"], dtype=np.float32))
+            kw["input_features_mask"] = mx.array(np.asarray(fe["input_features_mask"]))
+        return kw
+
+    def embedding(self, root: Path, path: str) -> Any:
+        import numpy as np
+
+        model = self.model
+        if mm.MEDIA_FILES[Path(path).name][0] == "image":
+            x = self.inputs(root, [path], [])
+            return np.array(model.get_image_features(x["pixel_values"],
+                                                     x["image_position_ids"]))
+        x = self.inputs(root, [], [path])
+        return np.array(model.get_audio_features(x["input_features"],
+                                                 x["input_features_mask"]))
+
+
 def measure(rt: Any, root: Path, doc: dict[str, Any]) -> dict[str, Any]:
     prompts = {p["name"]: rt.greedy(root, p, doc["n_tokens"], doc["mask"]["reference"])
                for p in doc["prompts"]}
@@ -266,7 +312,8 @@ def measure(rt: Any, root: Path, doc: dict[str, Any]) -> dict[str, Any]:
 def measure_mlx(root: Path, doc: dict[str, Any]) -> dict[str, Any]:
     import importlib.metadata as md
 
-    res = measure(MlxVlm(root), root, doc)
+    unified = "Unified" in doc["reference"]
+    res = measure((MlxVlmUnified if unified else MlxVlm)(root), root, doc)
     return {"runtime": f"mlx {md.version('mlx')} / mlx-vlm {md.version('mlx-vlm')} (its own "
                        "Gemma 4 processor, towers and masks; full recompute)",
             "mask": "mlx-vlm's own: with use_bidirectional_attention='vision' and "
@@ -279,10 +326,12 @@ def measure_llamacpp(root: Path, doc: dict[str, Any]) -> dict[str, Any]:
     import llama_cpp
 
     res = measure(LlamaMtmd(root), root, doc)
+    keyed = ("for gemma4uv always" if "Unified" in doc["reference"] else
+             "for gemma4v at n_embd 128 (only 1536/2560 are keyed causal)")
     return {"runtime": f"llama-cpp-python {llama_cpp.__version__} (libmtmd)",
-            "mask": "libmtmd's own: mtmd_decode_use_non_causal is true for gemma4v at "
-                    "n_embd 128 (only 1536/2560 are keyed causal); llama.cpp's Gemma 4 makes a "
-                    "non-causal batch bidirectional on sliding layers only", **res}
+            "mask": f"libmtmd's own: mtmd_decode_use_non_causal is true {keyed}; llama.cpp's "
+                    "Gemma 4 makes a non-causal batch bidirectional on sliding layers only",
+            **res}
 
 
 RUNTIMES = {"llama.cpp": measure_llamacpp, "mlx-vlm": measure_mlx}

@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import gemma4_mm_family as mm
 import gemma4_mm_oracle as oracle
+import litert_audio_frontend
 import make_gemma4_mm_tiny as base
 
 NAME = "gemma4-mm-tiny-litert"
@@ -59,6 +60,15 @@ EXPORT_FLAGS = ("--task=multimodal_lm", "--export_vision_encoder=True",
 #: causal-mask greedy tokens up to the first stop): the .litertlm is float32 like the oracle,
 #: its encoders agree with torch to 1e-5, so a gap this size is far past their difference
 LITERT_MIN_GAP = 0.01
+
+
+#: parity.json's note on the litert_lm expectations
+LITERT_RULE = (
+    "LiteRT-LM 0.18.1's prefill attends causally over an image block, and its audio front end "
+    "gives a clip one mel frame more than transformers' (tools/litert_audio_frontend.py): a "
+    "prompt's litert_lm.ids are the oracle's greedy tokens under the causal mask with "
+    "LiteRT-LM's audio features (= the reference's for text prompts), compared up to "
+    f"until_stop; gap >= {LITERT_MIN_GAP} there")
 
 
 def log(msg: str) -> None:
@@ -94,23 +104,46 @@ def export_litertlm(python: str, hf_dir: Path, work: Path, dest: Path) -> None:
                                                    dest.name))
 
 
+class LiteRTFrontEnd(oracle.MediaEncoder):
+    """The oracle's media inputs with LiteRT-LM's own audio front end
+    (tools/litert_audio_frontend.py: one mel frame more than transformers' at the end of a
+    clip) in place of transformers' feature extractor; images as the oracle's."""
+
+    def audio_inputs(self, files: list[str]) -> dict[str, Any]:
+        import torch
+
+        feats = [litert_audio_frontend.log_mel(mm.read_audio(self.root / f)) for f in files]
+        frames = max(len(f) for f in feats)
+        x = torch.zeros(len(feats), frames, litert_audio_frontend.MEL_BINS)
+        mask = torch.zeros(len(feats), frames, dtype=torch.bool)
+        for i, f in enumerate(feats):
+            x[i, :len(f)] = torch.from_numpy(f)
+            mask[i, :len(f)] = True
+        with torch.no_grad():
+            enc = self.model.model.get_audio_features(x, mask)
+        return {"input_features": x, "input_features_mask": mask,
+                "counts": [int(m.sum()) for m in enc.attention_mask]}
+
+
 def litert_expectations(model: Any, root: Path,
                         prompts: list[dict[str, Any]]) -> None:
-    """Add ``litert_lm`` to each prompt: the oracle's greedy tokens under the causal mask
-    (LiteRT-LM's rule; for text and audio prompts the reference's own tokens), the index of
-    the first stop token (the engine ends its turn there and does not emit it) and the
-    smallest logit gap before it."""
-    encoder = oracle.MediaEncoder(model, root)
+    """Add ``litert_lm`` to each prompt: the oracle's greedy tokens under LiteRT-LM's rules
+    (the causal image mask; LiteRT-LM's audio front end, :class:`LiteRTFrontEnd`; for text
+    prompts the reference's own tokens), the index of the first stop token (the engine ends
+    its turn there and does not emit it) and the smallest logit gap before it."""
+    encoder = LiteRTFrontEnd(model, root)
     stop_ids = {1, 6}
     for p in prompts:
-        inputs, _ = oracle.model_inputs(encoder, oracle.media_parts(p["messages"]))
+        parts = oracle.media_parts(p["messages"])
+        inputs, _ = oracle.model_inputs(encoder, parts)
         ids, gaps, _ = oracle.greedy(model, p["prompt_ids"], inputs, len(p["continuation_ids"]),
                                      "causal")
-        if "other_mask_rules" not in p:
+        if "other_mask_rules" not in p and not any(k == "audio" for k, _ in parts):
             assert ids == p["continuation_ids"], f"{p['name']}: causal mask != reference"
         stop = next((i for i, t in enumerate(ids) if t in stop_ids), len(ids))
         compared = gaps[:stop + 1]  # the stop token itself must win too
-        p["litert_lm"] = {"rule": "causal", "ids": ids, "until_stop": stop,
+        p["litert_lm"] = {"rule": "causal", "audio_front_end": "litert-lm", "ids": ids,
+                          "until_stop": stop,
                           "min_logit_gap_until_stop": round(min(compared), 4)}
         log(f"causal {p['name']}: {stop} tokens to the stop, gap {min(compared):.3f}")
         if min(compared) < LITERT_MIN_GAP:
@@ -127,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
                                                    "python"),
                     help="an interpreter with litert-torch 0.10")
     ap.add_argument("--work", type=Path, default=None)
+    ap.add_argument("--expectations-only", action="store_true",
+                    help="keep OUT's .litertlm, media and oracle: rebuild the torch model and "
+                    "write only each prompt's litert_lm expectations (and the manifest)")
     args = ap.parse_args(argv)
 
     import torch
@@ -140,12 +176,18 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work)
     work.mkdir(parents=True)
     for stale in (out / "text", out / base.MEDIA_DIR):
-        if stale.exists():
+        if stale.exists() and not args.expectations_only:
             shutil.rmtree(stale)
     mm.VISION.update(VISION)
     mm.AUDIO_TOWER.update(AUDIO_TOWER)
     model = mm.build_model(args.text_model)
     log(f"towers: {mm.tower_parameters(model)} parameters")
+    if args.expectations_only:
+        parity = json.loads((out / "parity.json").read_text(encoding="utf-8"))
+        litert_expectations(model, out, parity["prompts"])
+        parity["litert_lm_rule"] = LITERT_RULE
+        base.finish(out, NAME, parity, work, t0)
+        return 0
     hf_dir = work / "hf"
     mm.save_folder(model, args.text_model, hf_dir)
     config = json.loads((hf_dir / "config.json").read_text())
@@ -163,10 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     parity["reference"] = parity["reference"].replace(f"(text/{base.NAME}-mlx)",
                                                       "(the folder export_hf read)")
     parity["min_gap_required"] = None
-    parity["litert_lm_rule"] = (
-        "LiteRT-LM 0.18.1's prefill attends causally over an image block: a prompt's "
-        "litert_lm.ids are the oracle's greedy tokens under the causal mask (= the reference's "
-        f"for text and audio), compared up to until_stop; gap >= {LITERT_MIN_GAP} there")
+    parity["litert_lm_rule"] = LITERT_RULE
     parity["sizes"] = {"vision_config": mm.VISION, "audio_config": mm.AUDIO_TOWER,
                        "tower_parameters": mm.tower_parameters(model)}
     base.finish(out, NAME, parity, work, t0)

@@ -169,19 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.llama_cpp_src is not None:
         os.environ["ELIZA_LLAMA_CPP_CONVERTER"] = str(args.llama_cpp_src / "convert_hf_to_gguf.py")
 
-    import torch
-
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    t0 = time.time()
-    out = args.out.resolve()
-    work = (args.work or Path(tempfile.mkdtemp(prefix="gemma4-mm-tiny-"))).resolve()
-    if work.exists():
-        shutil.rmtree(work)
-    work.mkdir(parents=True)
-    for stale in (out / "text", out / MEDIA_DIR):
-        if stale.exists():
-            shutil.rmtree(stale)
+    out, work, t0 = start(args.out, args.work, NAME, ("text", MEDIA_DIR))
 
     model = mm.build_model(args.text_model)
     log(f"towers: {mm.tower_parameters(model)} parameters")
@@ -197,6 +185,26 @@ def main(argv: list[str] | None = None) -> int:
                        "tower_parameters": mm.tower_parameters(model)}
     finish(out, NAME, parity, work, t0)
     return 0
+
+
+def start(out_arg: Path, work_arg: Path | None, name: str,
+          stale: tuple[str, ...]) -> tuple[Path, Path, float]:
+    """One torch thread, deterministic algorithms; (the output folder with its ``stale``
+    subfolders removed, an empty scratch folder, the start time)."""
+    import torch
+
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    t0 = time.time()
+    out = out_arg.resolve()
+    work = (work_arg or Path(tempfile.mkdtemp(prefix=f"{name}-"))).resolve()
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    for sub in stale:
+        if (out / sub).exists():
+            shutil.rmtree(out / sub)
+    return out, work, t0
 
 
 def finish(out: Path, name: str, parity: dict[str, Any], work: Path, t0: float) -> None:

@@ -1,4 +1,5 @@
-"""MkDocs hook: generate a backend's options table from its pydantic options model.
+"""MkDocs hook: generate a backend's options table from its options model (a FrozenModel or a
+pydantic model: both list ``model_fields``).
 
 A page writes ``<!-- options-table: eliza_litert:LiteRTOptions -->`` and gets a table of the
 model's fields (name, accepted values, default, description), so the backend pages cannot fall

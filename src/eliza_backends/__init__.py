@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # what the names in _LAZY are, for type checkers (tests/test_
         Availability as Availability,
         Capabilities as Capabilities,
         Decoded as Decoded,
+        EmbeddingSpec as EmbeddingSpec,
         Step as Step,
     )
     from .backend.factory import (
@@ -64,6 +65,9 @@ if TYPE_CHECKING:  # what the names in _LAZY are, for type checkers (tests/test_
     from .openai.local import (
         chat_completion as chat_completion,
         completion as completion,
+    )
+    from .openai.embeddings import (
+        embed as embed,
     )
     from .openai.local_fronts import (
         messages as messages,
@@ -131,6 +135,7 @@ _LAZY: dict[str, str] = {
     "Availability": "backend.types",
     "Capabilities": "backend.types",
     "Decoded": "backend.types",
+    "EmbeddingSpec": "backend.types",
     "Factory": "backend.factory",
     "Session": "backend.session",
     "Step": "backend.types",
@@ -143,6 +148,7 @@ _LAZY: dict[str, str] = {
     "render_chat": "prompt.chat",
     "chat_completion": "openai.local",
     "completion": "openai.local",
+    "embed": "openai.embeddings",
     "messages": "openai.local_fronts",
     "responses": "openai.local_fronts",
     "StreamConfig": "config",
@@ -205,6 +211,9 @@ def _submodule(name: str) -> ModuleType:
     if name == "openai.local":
         from .openai import local
         return local
+    if name == "openai.embeddings":
+        from .openai import embeddings
+        return embeddings
     if name == "openai.local_fronts":
         from .openai import local_fronts
         return local_fronts

@@ -13,6 +13,8 @@ A bundle is a directory::
                                     opened as a standalone draft model
     <bundle>/text/mmproj/*.gguf     multimodal projectors (llama.cpp's image/audio encoders,
                                     read with the text GGUF by libmtmd): role "mmproj"
+    <bundle>/embedding.json         an embedding model's Matryoshka dimensions (optional:
+                                    ``{"matryoshka_dimensions": [512, 256, 128]}``)
 
 :func:`find_artifacts` is the probe a factory's ``can_serve`` uses: one directory listing, no
 file is opened. The manifest is :mod:`eliza_backends.manifest`'s (pydantic models, sha256:
@@ -198,6 +200,32 @@ class ImplicitBundle:
         return f"<ImplicitBundle {self.source} at {self.root}>"
 
 
+#: The bundle file that lists an embedding model's Matryoshka dimensions.
+EMBEDDING_FILE: Final = "embedding.json"
+
+
+def matryoshka_dimensions(bundle_dir: str | os.PathLike[str], full: int) -> tuple[int, ...]:
+    """The lengths an embedding model's ``full``-dimension vectors may be truncated to, from
+    the bundle's ``embedding.json`` (its ``matryoshka_dimensions``: what the model was trained
+    for, e.g. EmbeddingGemma's 512/256/128), largest first; () when the bundle has none (a
+    model not trained for truncation). :class:`BundleError` for a malformed file."""
+    import json  # (only embedding bundles read it)
+
+    path = Path(bundle_dir) / EMBEDDING_FILE
+    if not path.is_file():
+        return ()
+    try:
+        dims = json.loads(path.read_text(encoding="utf-8")).get("matryoshka_dimensions", [])
+    except (OSError, ValueError, AttributeError) as exc:
+        raise BundleError(f"{path} is not a JSON object ({exc}); write "
+                          '{"matryoshka_dimensions": [...]}') from None
+    if not isinstance(dims, list) or not all(
+            isinstance(d, int) and not isinstance(d, bool) and 0 < d < full for d in dims):
+        raise BundleError(f"{path}: matryoshka_dimensions must be a list of ints in 1.."
+                          f"{full - 1} (the model's vectors have {full}), got {dims!r}")
+    return tuple(sorted(set(dims), reverse=True))
+
+
 def not_a_bundle(path: Path) -> BundleError:
     """The error for a path that is neither a bundle folder nor a model artifact."""
     if not path.exists():
@@ -210,6 +238,7 @@ def not_a_bundle(path: Path) -> BundleError:
 
 
 __all__ = [
+    "EMBEDDING_FILE",
     "FORMATS",
     "ArtifactFormat",
     "DraftKind",
@@ -218,6 +247,7 @@ __all__ = [
     "find_artifacts",
     "is_bundle_dir",
     "is_sidecar",
+    "matryoshka_dimensions",
     "not_a_bundle",
     "sidecars_of",
 ]

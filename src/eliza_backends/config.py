@@ -2,9 +2,11 @@
 
 :class:`StreamConfig` is everything a backend needs to open a session: context and batch sizes,
 threads, the generation budget, stop strings, sampling, the drafter, and per-backend options.
-It is a frozen pydantic model: invalid values raise
-:class:`~eliza_backends.errors.InvalidArgumentError` with one line per problem, and
-``StreamConfig.build(config, **changes)`` makes a validated, changed copy.
+It is a :class:`~eliza_backends.frozen_model.FrozenModel` (declared as a pydantic model is;
+well-typed input is validated without importing pydantic, anything else by the pydantic model
+of the same fields): invalid values raise :class:`~eliza_backends.errors.InvalidArgumentError`
+with one line per problem, and ``StreamConfig.build(config, **changes)`` makes a validated,
+changed copy.
 
 Sampling defaults to greedy (``temperature=0``): an embedded library should be deterministic
 unless asked not to be. A temperature below :data:`GREEDY_TEMPERATURE` (1e-5, vLLM's threshold)
@@ -16,18 +18,10 @@ here once (:attr:`StreamConfig.greedy`), and every backend reads it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, TypedDict
+from typing import Any, ClassVar, Literal, TypedDict
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
-
-from .errors import InvalidArgumentError, describe_validation_error
+from .errors import InvalidArgumentError
+from .frozen_model import Field, FrozenModel
 
 DrafterKind = Literal["none", "ngram", "model", "mtp"]
 
@@ -35,10 +29,10 @@ DrafterKind = Literal["none", "ngram", "model", "mtp"]
 GREEDY_TEMPERATURE = 1e-5
 
 
-class StreamConfig(BaseModel):
+class StreamConfig(FrozenModel):
     """How to run one stream. All sizes are in tokens; ``threads`` in OS threads."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    changed_copy: ClassVar[str] = "StreamConfig.build(config, {name}=...)"
 
     context_size: int = Field(2048, ge=16, le=1 << 20, description="KV context window, tokens.")
     threads: int | None = Field(
@@ -105,20 +99,15 @@ class StreamConfig(BaseModel):
         description="Per-backend options keyed by backend name, validated by that backend.",
     )
 
-    def __init__(self, **data: Any) -> None:
-        """Validate; problems raise :class:`InvalidArgumentError` (one line per problem)."""
-        try:
-            super().__init__(**data)
-        except ValidationError as exc:
-            raise InvalidArgumentError(describe_validation_error(exc, "StreamConfig")) from None
-
-    @field_validator("stop", mode="before")
     @classmethod
-    def _one_stop_string(cls, value: Any) -> Any:
-        return (value,) if isinstance(value, str) else value
+    def normalize(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """One stop string may be given as a plain string."""
+        if isinstance(data.get("stop"), str):
+            data = {**data, "stop": (data["stop"],)}
+        return data
 
-    @model_validator(mode="after")
-    def _check_consistency(self) -> StreamConfig:
+    def check(self) -> None:
+        """The rules between fields (the output constraint is compiled, no vocabulary yet)."""
         if any(not s for s in self.stop):
             raise ValueError("stop strings must be non-empty")
         if self.batch_size > self.context_size:
@@ -141,7 +130,6 @@ class StreamConfig(BaseModel):
             if spec.constraint is not None and self.ignore_eos:
                 raise ValueError("ignore_eos cannot be used with an output constraint (the "
                                  "constraint ends the text with an end token)")
-        return self
 
     @property
     def greedy(self) -> bool:

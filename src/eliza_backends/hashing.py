@@ -17,9 +17,7 @@ every function is safe from any thread.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import tempfile
 import threading
 from pathlib import Path
 
@@ -43,6 +41,8 @@ def cache_dir() -> Path:
 
 def sha256_file(path: str | os.PathLike[str], chunk: int = CHUNK) -> str:
     """Hex sha256 of every byte of a file, read ``chunk`` bytes at a time (no cache)."""
+    import hashlib  # on first use: opening a stream does not start OpenSSL
+
     h = hashlib.sha256()
     buf = bytearray(chunk)
     view = memoryview(buf)
@@ -56,6 +56,8 @@ def file_digest(path: str | os.PathLike[str]) -> str:
     """sha256 of every byte of the file, cached by (device, inode, size, mtime_ns, ctime_ns):
     any write to the file changes its ctime, so a stale digest is never reused. The first call
     for a file version reads it once (about 0.5-2 GB/s); later ones cost a ``stat``."""
+    import hashlib  # on first use: opening a stream does not start OpenSSL
+
     p = Path(path)
     st = p.stat()
     key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
@@ -80,6 +82,8 @@ def file_digest(path: str | os.PathLike[str]) -> str:
 
 def _store(entry: Path, text: str) -> None:
     """Write a cache entry atomically; a cache that cannot be written is simply not used."""
+    import tempfile  # (with shutil and random) only when an entry is written
+
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=entry.parent, prefix=".fp.")
@@ -94,6 +98,8 @@ def fingerprint_artifact(path: str | os.PathLike[str]) -> str:
     """The identity of a model artifact (a file, or a directory of files): sha256 over each
     file's relative name and :func:`file_digest`. An unreadable artifact is a
     :class:`~eliza_backends.errors.SlotError` with ``ERR_IO``."""
+    import hashlib  # on first use: opening a stream does not start OpenSSL
+
     root = Path(path)
     h = hashlib.sha256(b"eliza-fingerprint-2\0")
     try:

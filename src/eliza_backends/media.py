@@ -25,14 +25,11 @@ read-only) and may be shared between threads and sessions.
 
 from __future__ import annotations
 
-import base64
 import binascii
-import hashlib
 import io
 import os
 import re
 import struct
-import wave
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,8 +128,10 @@ def _numpy() -> Any:
 def _make(kind: MediaKind, array: np.ndarray, source: str) -> MediaItem:
     array = _numpy().ascontiguousarray(array)
     array.setflags(write=False)
+    import hashlib  # media paths only: opening a stream does not pay for OpenSSL's start-up
+
     h = hashlib.sha256(f"{kind}:{array.dtype.str}:{array.shape}:".encode())
-    h.update(array.tobytes())
+    h.update(array.data)  # (C-contiguous: hashed in place, no copy)
     return MediaItem(kind, array, h.hexdigest(), source)
 
 
@@ -152,7 +151,8 @@ def image_from_bytes(data: bytes, limits: MediaLimits = DEFAULT_LIMITS) -> Media
             _check_pixels(width, height, limits)
             fmt = (im.format or "").lower()
             im.load()  # decodes; a truncated file fails here
-            rgb = im.convert("RGB")
+            pixels = _numpy().asarray(im if im.mode == "RGB" else im.convert("RGB"),
+                                      dtype="uint8")
     except UnidentifiedImageError:
         raise MediaError(
             f"the image data is not a {' / '.join(IMAGE_FORMATS)} image (or it is damaged); "
@@ -165,7 +165,7 @@ def image_from_bytes(data: bytes, limits: MediaLimits = DEFAULT_LIMITS) -> Media
     except (OSError, SyntaxError, ValueError, EOFError, MemoryError) as exc:
         raise MediaError(f"the image is corrupt or truncated and cannot be decoded ({exc}); "
                          "send the whole file") from None
-    return _make("image", _numpy().asarray(rgb, dtype="uint8"), fmt)
+    return _make("image", pixels, fmt)
 
 
 def image_from_rgb(pixels: Any, limits: MediaLimits = DEFAULT_LIMITS) -> MediaItem:
@@ -276,6 +276,8 @@ _WAV_DTYPES = {1: "u1", 2: "<i2", 4: "<i4"}
 
 def _read_wav(data: bytes, limits: MediaLimits) -> tuple[np.ndarray, int]:
     """PCM WAV (8, 16, 24 or 32-bit integer samples) to float32 frames and the rate."""
+    import wave
+
     np_ = _numpy()
     try:
         with wave.open(io.BytesIO(data), "rb") as w:
@@ -350,6 +352,8 @@ def decode_base64(text: str, limits: MediaLimits, what: str) -> bytes:
     if len(compact) * 3 // 4 > limits.max_bytes:
         raise MediaError(f"{what} is about {len(compact) * 3 // 4} bytes, more than the "
                          f"{limits.max_bytes} allowed")
+    import base64
+
     try:
         return base64.b64decode(compact, validate=True)
     except (binascii.Error, ValueError):
@@ -426,6 +430,8 @@ def part_from_file(path: str | os.PathLike[str], kind: MediaKind | None = None,
                    limits: MediaLimits = DEFAULT_LIMITS) -> dict[str, Any]:
     """The OpenAI content part of a local image or audio file (a base64 data URI /
     ``input_audio``), decoded once first so a bad file is a :class:`MediaError` here."""
+    import base64
+
     item = load_media_file(path, kind, limits)
     data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
     if item.kind == "image":

@@ -82,6 +82,9 @@ class SelectionReport:
     #: The media kinds the chosen backend takes on this bundle: kind -> its encoder
     #: (:meth:`Factory.media`); empty: text only.
     media: Mapping[str, str] = field(default_factory=dict)
+    #: What the chosen backend embeds on this bundle (:meth:`Factory.embedding`, described):
+    #: "" for a generation model; an embedding model serves embeddings only.
+    embedding: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -90,7 +93,8 @@ class SelectionReport:
                 "candidates": [c.to_dict() for c in self.candidates],
                 "broken_plugins": list(self.broken_plugins),
                 "error_code": None if self.error_code is None else self.error_code.symbol,
-                "drafters": dict(self.drafters), "model": self.model, "media": dict(self.media)}
+                "drafters": dict(self.drafters), "model": self.model, "media": dict(self.media),
+                "embedding": self.embedding}
 
     def __str__(self) -> str:
         lines = [f"bundle: {self.bundle_dir}"]
@@ -108,6 +112,8 @@ class SelectionReport:
         if self.chosen:
             lines.append(f"media ({self.chosen}): " + (", ".join(
                 f"{kind} ({what})" for kind, what in self.media.items()) or "none (text only)"))
+            lines.append(f"task ({self.chosen}): " + (
+                f"embeddings only ({self.embedding})" if self.embedding else "generation"))
         return "\n".join(lines)
 
 
@@ -197,8 +203,8 @@ class _Selection:
     def report(self, chosen: Factory | None, error: str | None,
                code: Status = Status.ERR_BACKEND_UNAVAILABLE) -> SelectionReport:
         """The report; ``select`` (not :attr:`detail`) that found a backend lists no
-        candidates (it returns only the factory), so it asks no other backend's
-        availability."""
+        candidates and no drafters, description or media (it returns only the factory), so
+        it asks no other backend's availability and probes nothing more."""
         rows = () if chosen is not None and not self.detail else self.rows
         cands = tuple(Candidate(r.name, *self.verdict(r), r.availability.ok, r.can_serve,
                                 r.rank, r.availability.detail) for r in rows)
@@ -209,7 +215,10 @@ class _Selection:
                                else {},
                                _safe_describe(chosen, self.bundle) if chosen and self.detail
                                else "",
-                               safe_media(chosen, self.bundle) if chosen else {})
+                               safe_media(chosen, self.bundle) if chosen and self.detail
+                               else {},
+                               _safe_embedding(chosen, self.bundle) if chosen and self.detail
+                               else "")
 
 
 def _gather(bundle_dir: str | os.PathLike[str], backend: str | None,
@@ -382,6 +391,14 @@ def safe_media(factory: Factory, bundle: str | os.PathLike[str]) -> dict[str, st
         return {str(k): str(v) for k, v in factory.media(bundle).items()}
     except Exception as exc:
         return {"?": f"media() failed: {type(exc).__name__}: {exc}"}
+
+
+def _safe_embedding(factory: Factory, bundle: Path) -> str:
+    try:
+        spec = factory.embedding(bundle)
+    except Exception as exc:
+        return f"embedding() failed: {type(exc).__name__}: {exc}"
+    return spec.describe() if spec is not None else ""
 
 
 def _safe_describe(factory: Factory, bundle: Path) -> str:

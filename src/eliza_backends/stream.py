@@ -457,6 +457,11 @@ def check_option_keys(config: StreamConfig, registry: Registry) -> None:
 def check_capabilities(session: Session, config: StreamConfig, backend: str) -> None:
     """Refuse a config asking for what the session does not have (never a silent downgrade)."""
     caps = session.capabilities
+    if caps.embedding is not None:  # decided by the plugin at load (a header walk costs more)
+        raise UnsupportedOperationError(
+            f"the bundle is an embedding model ({caps.embedding.describe()}, backend {backend}): "
+            "it makes vectors, not text; use eliza_backends.embed or POST /v1/embeddings, or a "
+            "generation model's bundle for text")
     if config.drafter not in caps.drafters:
         raise UnsupportedOperationError(
             f"backend {backend} does not support drafter={config.drafter!r} (it supports: "
@@ -518,7 +523,9 @@ def open_stream(
                              registry=registry)
             check_option_keys(cfg, registry or default_registry())
             factory.parse_options(cfg)  # unknown options fail before any load
-            check_media_support(factory.name, safe_media(factory, context.bundle_dir), cfg)
+            if cfg.media:  # the probe (a header read) only when the stream asks for media
+                check_media_support(factory.name, safe_media(factory, context.bundle_dir),
+                                    cfg)
             session = factory.open(context, cfg)
             if not isinstance(session, Session):
                 raise PluginError(f"backend {factory.name} returned {session!r} from open(), "

@@ -10,8 +10,10 @@ What lives here:
 
 * the contract: :class:`Factory`, :class:`Session` (public methods, the ``_hooks`` a backend
   implements, the ``@final`` helpers it may call), :class:`Step`, :class:`Decoded`,
-  :class:`Capabilities`, :class:`Availability`, the :data:`hookimpl` marker, the
-  :class:`InferenceContext` and the :class:`ModelInfo` a session is opened with;
+  :class:`Capabilities`, :class:`EmbeddingSpec`, :class:`Availability`, the :data:`hookimpl`
+  marker, the :class:`InferenceContext` and the :class:`ModelInfo` a session is opened with,
+  the :class:`FrozenModel` base and ``Field`` an options model is declared with (``Factory.
+  options_model``: validated without importing pydantic);
 * the building blocks a session is made of, re-exported from the core's other parts:
   the speculative loop and its acceptance rules (:func:`accept_greedy`, :func:`accept_sampled`,
   :class:`ModelDrafter`), the KV cursor, the continuous-batching step scheduler
@@ -28,8 +30,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..bundle import find_artifacts
+from ..bundle import find_artifacts, matryoshka_dimensions
 from ..entry_points import distribution_version
+from ..frozen_model import Field, FrozenModel
 from ..lazy import lazy_names
 from ..media import MediaItem
 from ..runtime.cpus import cpu_count
@@ -47,7 +50,17 @@ from .factory import Factory
 from .hookspecs import hookimpl
 from .model_info import ModelInfo
 from .session import Session
-from .types import Availability, Capabilities, Decoded, FinishReason, MediaSpan, MediaTokens, Step
+from .types import (
+    Availability,
+    Capabilities,
+    Decoded,
+    EmbeddingSpec,
+    FinishReason,
+    MediaReference,
+    MediaSpan,
+    MediaTokens,
+    Step,
+)
 
 if TYPE_CHECKING:  # the names of _LAZY, for type checkers
     from ..prompt.hf_tokenizer import HFTokenizer
@@ -125,12 +138,16 @@ __all__ = [
     "Capabilities",
     "Decoded",
     "Drafter",
+    "EmbeddingSpec",
     "Factory",
+    "Field",
     "FinishReason",
+    "FrozenModel",
     "HFTokenizer",
     "InferenceContext",
     "KVCursor",
     "MediaItem",
+    "MediaReference",
     "MediaSpan",
     "MediaTokens",
     "ModelDrafter",
@@ -154,6 +171,7 @@ __all__ = [
     "find_tokenizer",
     "hookimpl",
     "load_tokenizer",
+    "matryoshka_dimensions",
     "native_exit_to_logging",
     "native_stderr_to_logging",
     "quiet_by_default",

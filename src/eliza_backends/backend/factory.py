@@ -13,8 +13,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ValidationError
-
 from ..bundle import artifact_format, find_artifacts
 from ..config import StreamConfig
 from ..errors import (
@@ -24,11 +22,14 @@ from ..errors import (
     UnsupportedOperationError,
     describe_validation_error,
 )
+from ..frozen_model import FrozenModel
 from ..runtime.speculative import Drafter, NgramDrafter
 from .model_info import ModelInfo
-from .types import Availability
+from .types import Availability, EmbeddingSpec, MediaReference
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from .context import InferenceContext
     from .session import Session
 
@@ -47,8 +48,11 @@ class Factory(ABC):
     formats: ClassVar[tuple[str, ...]] = ()
     #: The ``pip install eliza-backends[<extra>]`` extra that installs this backend.
     pip_extra: ClassVar[str | None] = None
-    #: Pydantic model of this backend's ``StreamConfig.options[name]``; None = takes none.
-    options_model: ClassVar[type[BaseModel] | None] = None
+    #: The model of this backend's ``StreamConfig.options[name]``; None = takes none. A
+    #: :class:`~eliza_backends.frozen_model.FrozenModel` (declared as a pydantic model is;
+    #: validates well-typed options without importing pydantic: the in-tree plugins') or a
+    #: pydantic ``BaseModel``.
+    options_model: ClassVar[type[FrozenModel] | type[BaseModel] | None] = None
     #: Names of the :mod:`logging` loggers the runtime's native output goes to (e.g.
     #: ``("eliza_llamacpp.native",)``). The ``eliza-backends`` command line sets them to ERROR,
     #: or to its own level with ``-v`` / ``-vv``; declaring them costs nothing (a class
@@ -83,6 +87,24 @@ class Factory(ABC):
         and ``StreamConfig.media`` is checked against before a load. The default: none. It
         must agree with the opened session's ``capabilities.media``."""
         return {}
+
+    def media_reference(self, session: Session) -> MediaReference | None:
+        """For ``eliza-backends bench``: the runtime's own media path over the files
+        ``session`` loaded (same projector / encoder file, same threads), run directly, to
+        time beside the seam's; None (the default) when the backend has none to offer. Called
+        only for a session whose ``capabilities.media`` is not empty; the caller closes it."""
+        return None
+
+    def embedding(self, bundle_dir: str | os.PathLike[str]) -> EmbeddingSpec | None:
+        """What a session of this backend on ``bundle_dir`` embeds, when the bundle is an
+        embedding model (its pooling and dimensions, read from the artifact's header, and the
+        Matryoshka lengths of the bundle's ``embedding.json``,
+        :func:`~eliza_backends.bundle.matryoshka_dimensions`); None when it is a generation
+        model or this backend cannot embed (the default). Cheap (header probes, no load). The
+        core asks it before any load: a bundle with a spec is opened only for embeddings
+        (:func:`eliza_backends.embed`), one without is refused there; :meth:`open` on an
+        embedding bundle returns a session whose ``capabilities.embedding`` is this spec."""
+        return None
 
     def describe(self, bundle_dir: str | os.PathLike[str]) -> str:
         """For :func:`~eliza_backends.explain`: the artifact a stream would load from
@@ -134,11 +156,16 @@ class Factory(ABC):
                 raise InvalidArgumentError(f"backend {self.name} takes no options, got "
                                            f"{sorted(given)}")
             return None
+        what = f"options for {self.name}"
+        if issubclass(self.options_model, FrozenModel):
+            return self.options_model.model_validate(given, what=what)
+        from pydantic import ValidationError  # a plugin's pydantic model
+
         try:
             return self.options_model.model_validate(given)
         except ValidationError as exc:
             raise InvalidArgumentError(
-                describe_validation_error(exc, f"options for {self.name}")) from None
+                describe_validation_error(exc, what)) from None
 
     def artifact(self, bundle_dir: str | os.PathLike[str], *, role: Literal["model", "draft"]
                  = "model", name: str | None = None,

@@ -13,8 +13,9 @@ session delivers it with :meth:`SessionGuard.deliver` once its history and KV ca
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from ..errors import CancelledError, SessionBusyError, SessionClosedError
 from .interrupts import SigintDeferral
@@ -98,6 +99,16 @@ class SessionGuard:
         finally:
             self._owner = None
             self.lock.release()
+
+    @contextlib.contextmanager
+    def call(self, op: str, *, allow_cancelled: bool = False) -> Iterator[None]:
+        """:meth:`begin` before the ``with`` body and :meth:`end` after it: a consumer call that
+        changes no state a failure would have to repair (not ``guarded``)."""
+        self.begin(op, allow_cancelled=allow_cancelled)
+        try:
+            yield
+        finally:
+            self.end()
 
     @property
     def interrupting(self) -> bool:

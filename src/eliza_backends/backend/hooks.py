@@ -108,6 +108,17 @@ class SessionHooks(ABC):
         :meth:`_raise_if_cancelled` between encoder chunks."""
         raise UnsupportedOperationError(f"{self.backend_name} sessions take no media")
 
+    def _embed(self, batch: list[list[int]]) -> list[list[float]]:
+        """One vector per input of ``batch`` (each a non-empty list of in-vocabulary ids that
+        fits ``capabilities.embedding.max_tokens``, checked by the core), pooled as the model
+        pools and L2-normalised, ``capabilities.embedding.dimensions`` floats each, in input
+        order. The backend batches as its runtime allows (many inputs per forward pass); each
+        input's vector must not depend on the others in ``batch`` (beyond float rounding).
+        It leaves no state behind (the next call starts clean). Call
+        :meth:`_raise_if_cancelled` between forward passes. Only sessions whose
+        ``capabilities.embedding`` is set are asked."""
+        raise UnsupportedOperationError(f"{self.backend_name} sessions do not embed")
+
     def _close(self) -> None:
         """Free the session's own runtime resources (not the shared weights)."""
 

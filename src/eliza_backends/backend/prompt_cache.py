@@ -3,13 +3,13 @@ a byte-bounded LRU and restored by longest prefix when a conversation comes back
 
 A server has more open conversations than sessions (slots). When a session that holds
 conversation A is about to serve a request that keeps less than :data:`SIMILARITY` of A,
-:meth:`PromptCache.swap` first saves A's state (``Session.save_state``: the backend's KV bytes,
-the history and its media spans) into the cache; then, when an entry shares a longer reusable
-prefix with the request than the session itself does, that entry is restored into the session
-(``Session.load_state``) and taken out of the cache (the session holds it now; it is saved
-again when evicted), and only the rest of the prompt is prefilled. This is llama-server's
-``--cache-ram``: its slots' prompts are saved on a new task and the entry with the longest
-common prefix is loaded.
+:meth:`PromptCache.swap` first saves A's state (``Session.save_slot()`` without a path:
+the backend's KV bytes, the history and its media spans) into the cache; then, when an entry
+shares a longer reusable prefix with the request than the session itself does, that entry is
+restored into the session (``Session.restore_slot``) and taken out of the cache (the session
+holds it now; it is saved again when evicted), and only the rest of the prompt is prefilled.
+This is llama-server's ``--cache-ram``: its slots' prompts are saved on a new task and the
+entry with the longest common prefix is loaded.
 
 * **Prefix.** Ids compare as ids; media items compare by their content digest
   (:func:`~eliza_backends.backend.media_seq.reusable_prefix`, as the prefix reuse of one
@@ -128,7 +128,7 @@ class PromptCache:
             self._count(misses=int(held < SIMILARITY * len(ids)))
             return held
         try:
-            session.load_state(entry)
+            session.restore_slot(entry)
         except SlotError:  # another layout (the session is empty now): prefill it all
             self._count(refused=1, misses=1)
             return 0
@@ -147,10 +147,10 @@ class PromptCache:
         that, also the state cut back there: the conversation comes back with the reply as
         text, which need not tokenize as it was generated (llama-server keeps context
         checkpoints for the same reason). The session is cut back then."""
-        state = session.save_state()
+        state = session.save_slot()
         if 0 < prompt_end - 1 < state.min_keep and prompt_end < len(state.tokens) and \
                 session.reset_keep(prompt_end) == prompt_end:
-            self.store(session.save_state())  # first: the whole state is the fresher entry
+            self.store(session.save_slot())  # first: the whole state is the fresher entry
         self.store(state)
 
     # ------------------------------------------------------------------ entries

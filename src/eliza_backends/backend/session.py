@@ -48,6 +48,7 @@ from .types import (
     Decoded,
     MediaSpan,
     Step,
+    check_embedding_batch,
     check_output_support,
     check_text,
     check_tokens,
@@ -62,14 +63,16 @@ class Session(SessionHooks):
     """One active generation on one backend (the seed's ``LlmBackendSession``).
 
     Lifecycle: ``prefill(ids)`` then ``next()`` until ``step.final``; ``prefill`` again to
-    continue (chat turns), ``reset()`` / ``reset_keep(n)`` to rewind, ``close()`` when done.
+    continue (chat turns), ``reset()`` / ``reset_keep(n)`` to rewind, ``close()`` when done;
+    an embedding model's session (``capabilities.embedding``) is asked ``embed(batch)`` only.
     The session owns its KV cache and its drafter; the :class:`InferenceContext` owns the
     weights.
 
     For backends, three kinds of members, told apart by name and by rule:
 
     * **hooks** (``_prefill``, ``_decode``, ``_reset``, ``_truncate``, ``_token_bytes``,
-      ``_tokenize``, ``_detokenize``, ``_save_state``, ``_restore_state``, ``_close``, and
+      ``_tokenize``, ``_detokenize``, ``_save_state``, ``_restore_state``, ``_embed``,
+      ``_close``, and
       the ``capabilities`` property): a backend implements them and never calls them; the
       base class calls each with the consumer lock held, after validating the arguments;
     * **helpers** (``_raise_if_cancelled``, ``_cancel_requested``, ``_sequence``,
@@ -379,11 +382,8 @@ class Session(SessionHooks):
                                        f"{type(spec).__name__}")
         if spec.active:
             check_output_support(self.capabilities, self.config, spec, self.backend_name)
-        self.__guard.begin("set_output", allow_cancelled=True)
-        try:
+        with self.__guard.call("set_output", allow_cancelled=True):
             self.__output = spec if spec.active else None
-        finally:
-            self.__guard.end()
 
     @final
     def set_turn(self, *, max_tokens: int | None = None,
@@ -392,28 +392,27 @@ class Session(SessionHooks):
         :meth:`set_output` sets their constraint; None goes back to the config's
         (``max_tokens``, ``stop``). OpenAI's per-request ``max_tokens`` / ``stop``."""
         settings = turn_settings(max_tokens, stop)
-        self.__guard.begin("set_turn", allow_cancelled=True)
-        try:
+        with self.__guard.call("set_turn", allow_cancelled=True):
             self.__turn.settings = settings
-        finally:
-            self.__guard.end()
 
     @final
-    def save_slot(self, path: str | os.PathLike[str]) -> None:
-        """Save the sequence state to ``path`` (atomically; the previous file survives a crash).
-
+    def save_slot(self, path: str | os.PathLike[str] | None = None) -> SlotSnapshot:
+        """Save the sequence state to ``path`` (atomically; the previous file survives a crash)
+        and return it; without ``path``, only return it (what a prompt cache keeps in memory
+        for :meth:`restore_slot` here or on a session of the same model and context).
         Raises :class:`UnsupportedOperationError` when ``capabilities.slots`` is False."""
         self.__slots.check("save")
         self.__guard.begin("save_slot", guarded=True)
         try:
-            self.__slots.save(path)
+            return self.__slots.save(path)
         finally:
             self.__guard.end()
 
     @final
-    def restore_slot(self, path: str | os.PathLike[str]) -> None:
-        """Replace the session's state with a slot saved by the same backend, model and runtime
-        version; ``next()`` then continues exactly as the saved session would have (greedy).
+    def restore_slot(self, source: str | os.PathLike[str] | SlotSnapshot) -> None:
+        """Replace the session's state with a slot (a file, or a :meth:`save_slot` snapshot)
+        saved by the same backend, model and runtime version; ``next()`` then continues exactly
+        as the saved session would have (greedy).
 
         A foreign, truncated or corrupted file raises :class:`SlotError` and leaves the session
         as it was; a state the runtime itself refuses (another KV layout) is :class:`SlotError`
@@ -421,33 +420,7 @@ class Session(SessionHooks):
         self.__slots.check("restore")
         self.__guard.begin("restore_slot", allow_cancelled=True, guarded=True)
         try:
-            self.__slots.restore(path)
-            self.__turn.ready = True
-        finally:
-            self.__guard.end()
-
-    @final
-    def save_state(self) -> SlotSnapshot:
-        """The sequence state in host memory (what :meth:`save_slot` writes, without the
-        file), for :meth:`load_state` on this session or another on the same model and
-        context (a prompt cache). :class:`UnsupportedOperationError` without
-        ``capabilities.slots``."""
-        self.__slots.check("save")
-        self.__guard.begin("save_state", guarded=True)
-        try:
-            return self.__slots.capture("save_state")
-        finally:
-            self.__guard.end()
-
-    @final
-    def load_state(self, snapshot: SlotSnapshot) -> None:
-        """Replace the session's state with ``snapshot`` (from :meth:`save_state`); as
-        :meth:`restore_slot`, a state the runtime refuses is :class:`SlotError` and leaves the
-        session empty."""
-        self.__slots.check("restore")
-        self.__guard.begin("load_state", allow_cancelled=True, guarded=True)
-        try:
-            self.__slots.load(snapshot)
+            self.__slots.restore(source)
             self.__turn.ready = True
         finally:
             self.__guard.end()
@@ -461,21 +434,24 @@ class Session(SessionHooks):
 
         A consumer call like the others: ``close()`` from another thread waits for it."""
         check_text(text)
-        self.__guard.begin("tokenize", allow_cancelled=True)
-        try:
+        with self.__guard.call("tokenize", allow_cancelled=True):
             return self._tokenize(text, add_special, parse_special)
-        finally:
-            self.__guard.end()
+
+    @final
+    def embed(self, inputs: Sequence[Sequence[int]]) -> list[list[float]]:
+        """One L2-normalised vector per input (token ids), in input order, from an embedding
+        session; the inputs are checked first (:func:`~.types.check_embedding_batch`)."""
+        batch = check_embedding_batch(self.capabilities.embedding, self.backend_name,
+                                      self.__vocab, self.__n_ctx, inputs)
+        with self.__guard.call("embed"):
+            return self._embed(batch)
 
     @final
     def detokenize(self, token_ids: Sequence[int]) -> str:
         """Text of ``token_ids`` (invalid UTF-8 becomes U+FFFD)."""
         ids = check_tokens(self.__vocab, token_ids, what="detokenize")
-        self.__guard.begin("detokenize", allow_cancelled=True)
-        try:
+        with self.__guard.call("detokenize", allow_cancelled=True):
             return self._detokenize(ids)
-        finally:
-            self.__guard.end()
 
     @final
     def close(self) -> None:

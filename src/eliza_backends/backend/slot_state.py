@@ -2,8 +2,8 @@
 what a prompt cache keeps) or written to a slot file (:mod:`eliza_backends.runtime.slots` is the
 file format), and restored from either.
 
-:class:`SlotState` does the work of ``Session.save_slot`` / ``restore_slot`` /
-``save_state`` / ``load_state`` inside the session's guarded call (the consumer thread, the lock
+:class:`SlotState` does the work of ``Session.save_slot`` / ``restore_slot`` inside the
+session's guarded call (the consumer thread, the lock
 held): the backend's state bytes with the history, the media spans and (in a file) the model's
 identity, checked in full before anything reaches the backend's ``_restore_state``.
 """
@@ -79,19 +79,25 @@ class SlotState:
             raise
         return SlotSnapshot(tuple(self.history), tuple(self.media.spans), payload, min_keep)
 
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the sequence's state to ``path`` (atomically)."""
+    def save(self, path: str | os.PathLike[str] | None) -> SlotSnapshot:
+        """The sequence's state, also written to ``path`` (atomically) when given."""
         snapshot = self.capture("save_slot")
+        if path is None:
+            return snapshot
         info, hooks = self.info, self.hooks
-        from ..runtime.slots import write_slot  # (pydantic: only a slot save pays for it)
+        from ..runtime.slots import write_slot  # (pydantic: only a slot file pays for it)
 
         write_slot(path, {"backend": hooks.backend_name, "model_fingerprint": info.fingerprint,
                           "runtime": info.runtime, "tokens": list(snapshot.tokens),
                           "media": self.media.slot_entries()}, snapshot.payload)
+        return snapshot
 
-    def restore(self, path: str | os.PathLike[str]) -> None:
+    def restore(self, path: str | os.PathLike[str] | SlotSnapshot) -> None:
         """Make the sequence the one saved at ``path`` (checked in full first; a bad file is
-        :class:`SlotError` and changes nothing)."""
+        :class:`SlotError` and changes nothing), or the one a snapshot holds."""
+        if isinstance(path, SlotSnapshot):
+            self.load(path)
+            return
         info, hooks = self.info, self.hooks
         from ..runtime.slots import read_slot
 
@@ -131,10 +137,10 @@ class SlotState:
 
     def load(self, snapshot: SlotSnapshot) -> None:
         """Make the sequence the one captured in ``snapshot`` (by a session of the same
-        backend and model: :meth:`capture`)."""
+        backend, model and context: :meth:`capture`)."""
         tokens = check_slot_tokens("the saved state", snapshot.tokens, self.info.vocab_size,
                                    self.n_ctx)
-        self.apply("load_state", snapshot.payload, tokens, list(snapshot.spans))
+        self.apply("restore_slot", snapshot.payload, tokens, list(snapshot.spans))
 
 
 __all__ = ["SlotSnapshot", "SlotState"]

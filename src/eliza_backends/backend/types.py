@@ -1,6 +1,7 @@
 """The values of the backend contract: what a step produced (:class:`Step`), what a
 backend's ``_decode`` hook returns (:class:`Decoded`), what a session supports
-(:class:`Capabilities`) and whether a backend runs here (:class:`Availability`); and
+(:class:`Capabilities`), what an embedding model gives (:class:`EmbeddingSpec`) and whether
+a backend runs here (:class:`Availability`); and
 :func:`check_output_support`, the refusal of a constraint or logprobs a session cannot honour.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from ..errors import InvalidArgumentError, SlotError, UnsupportedOperationError
 from ..structured.logprobs import TokenLogprob
@@ -19,6 +20,31 @@ if TYPE_CHECKING:
     from ..structured.logits import OutputSpec
 
 FinishReason = Literal["eos", "stop", "length", "context"]
+#: How an embedding model turns its per-token states into one vector: their mean, the first
+#: (CLS) token's, or the last token's (llama.cpp's ``LLAMA_POOLING_TYPE_MEAN/CLS/LAST``).
+Pooling = Literal["mean", "cls", "last"]
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingSpec:
+    """What an embedding model gives (a backend's :meth:`Factory.embedding` answer, and an
+    embedding session's ``capabilities.embedding``): one vector of ``dimensions`` floats per
+    input, pooled as ``pooling`` says (the model's own pooling, from its file), L2-normalised
+    (as llama-server's ``/v1/embeddings`` and sentence-transformers' ``Normalize`` do).
+    ``matryoshka``: the shorter lengths the model was trained to be truncated to (its first
+    ``n`` dimensions, re-normalised), largest first; empty: a request for fewer dimensions is
+    refused. ``max_tokens``: the longest input in tokens (0: the session's context size)."""
+
+    dimensions: int
+    pooling: Pooling
+    matryoshka: tuple[int, ...] = ()
+    max_tokens: int = 0
+
+    def describe(self) -> str:
+        """One line for ``explain()``: pooling, dimensions, truncations."""
+        cut = (f", truncatable to {'/'.join(map(str, self.matryoshka))}" if self.matryoshka
+               else "")
+        return f"{self.pooling} pooling, {self.dimensions} dimensions{cut}, L2-normalised"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +103,9 @@ class Capabilities:
     own runtime context and ``parallel`` changes nothing). ``media``: the media kinds
     (``"image"``, ``"audio"``) :meth:`Session.prefill` takes as
     :class:`~eliza_backends.media.MediaItem` elements (empty: text only; a media item is then
-    refused with :class:`UnsupportedOperationError` before any hook runs).
+    refused with :class:`UnsupportedOperationError` before any hook runs). ``embedding``: the
+    session embeds (an embedding model's session: :meth:`Session.embed`, with this spec;
+    prefill / next are refused) or None (it generates; ``embed`` is refused).
     """
 
     token_input: bool = True
@@ -90,6 +118,7 @@ class Capabilities:
     logits: bool = False
     batched: bool = False
     media: frozenset[str] = frozenset()
+    embedding: EmbeddingSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +139,25 @@ class MediaTokens:
     def ids(self) -> list[int]:
         """The item's ids in the history: ``before``, the placeholders, ``after``."""
         return [*self.before, *[self.placeholder] * self.count, *self.after]
+
+
+class MediaReference(Protocol):
+    """A runtime's own media path, called directly (no seam), for ``eliza-backends bench`` to
+    time beside the seam's (:meth:`Factory.media_reference`). It uses the same files, threads
+    and context size as the session it was made for; one thread at a time."""
+
+    #: what it runs, for the report (e.g. "llama-cpp-python mtmd_helper_eval_chunks")
+    name: str
+
+    def prefill(self, kind: str, data: bytes, prefix: str, suffix: str) -> int:
+        """Into an empty sequence of its own: ``prefix`` (with the model's BOS), the media
+        file ``data`` (decoded by the runtime itself), ``suffix``; returns the positions
+        taken (the bench checks them against the seam's)."""
+        ...
+
+    def close(self) -> None:
+        """Free what it holds (idempotent)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -204,6 +252,28 @@ def check_tokens(vocab: int, token_ids: Sequence[int], *, what: str) -> list[int
     return ids
 
 
+def check_embedding_batch(spec: EmbeddingSpec | None, backend: str, vocab: int, n_ctx: int,
+                          inputs: Sequence[Sequence[int]]) -> list[list[int]]:
+    """What :meth:`Session.embed` checks before its hook runs: the session embeds (``spec``;
+    else :class:`UnsupportedOperationError`), ``inputs`` is a non-empty list of token-id lists,
+    each of in-vocabulary ids, 1..``spec.max_tokens`` (0: ``n_ctx``) long
+    (:class:`InvalidArgumentError` naming the first bad input)."""
+    if spec is None:
+        raise UnsupportedOperationError(
+            f"this {backend} session generates text and does not embed: open an embedding "
+            "model's bundle with eliza_backends.embed / POST /v1/embeddings")
+    limit = spec.max_tokens or n_ctx
+    if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Sequence) or not inputs:
+        raise InvalidArgumentError("embed() needs a non-empty list of token-id lists")
+    batch = [check_tokens(vocab, ids, what=f"embed() input {i}") for i, ids in enumerate(inputs)]
+    for i, ids in enumerate(batch):
+        if not 0 < len(ids) <= limit:
+            raise InvalidArgumentError(
+                f"embed() input {i} has {len(ids)} tokens; each input needs 1..{limit} (the "
+                "model's window): split longer texts")
+    return batch
+
+
 def check_slot_tokens(path: object, tokens: Sequence[int], vocab: int, n_ctx: int) -> list[int]:
     """A slot file's token history checked against the session (:class:`SlotError` naming
     ``path`` otherwise): not empty, in the vocabulary, within the context window."""
@@ -234,6 +304,7 @@ def check_text(text: str) -> None:
                 "'\\ud800'); decode the source with errors='replace' or drop it") from None
 
 
-__all__ = ["Availability", "Capabilities", "Decoded", "FinishReason", "MediaSpan", "MediaTokens",
-           "Step",
-           "check_output_support", "check_slot_tokens", "check_text", "check_tokens"]
+__all__ = ["Availability", "Capabilities", "Decoded", "EmbeddingSpec", "FinishReason",
+           "MediaReference", "MediaSpan", "MediaTokens", "Pooling", "Step",
+           "check_embedding_batch", "check_output_support", "check_slot_tokens", "check_text",
+           "check_tokens"]

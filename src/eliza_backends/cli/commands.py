@@ -125,9 +125,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     config = {k: getattr(args, k) for k in ("threads", "context_size", "drafter",
                                             "draft_length", "tokens_per_step")
               if getattr(args, k) is not None}
+    files = {kind: path for kind, path in (("image", args.image),
+                                            ("audio", args.audio)) if path}
     report = bench(args.bundle, backends, prompt_tokens=args.prompt_tokens,
                    gen_tokens=args.gen_tokens, repeat=args.repeat, config=config,
-                   progress=None if args.json else sys.stderr)
+                   progress=None if args.json else sys.stderr,
+                   media_rounds=args.media_rounds, media_files=files or None)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

@@ -169,6 +169,14 @@ _COMMANDS: tuple[tuple[str, str, tuple[_Step, ...], dict[str, Any]], ...] = (
         _arg("--prompt-tokens", type=int_in(1), default=128, help="prompt length in tokens"),
         _arg("--gen-tokens", type=int_in(1), default=128, help="tokens generated per run"),
         _arg("--repeat", type=int_in(1), default=3, help="runs per backend, interleaved"),
+        _arg("--media-rounds", type=int_in(0), default=5,
+             help="media prefills per run and kind where the backend takes media, beside "
+             "the runtime's own media path (llama.cpp: llama-cpp-python's libmtmd), "
+             "interleaved (0: none)"),
+        _arg("--image", metavar="PATH", help="the image to time (default: the "
+             "bundle's media/ folder's first, else a generated 480x336 PNG)"),
+        _arg("--audio", metavar="PATH", help="the audio clip to time (default: the "
+             "bundle's media/ folder's first, else a generated 1 s WAV)"),
         lambda p: _stream_flags(p, "--threads", "--context-size", "--draft-length",
                                 "--tokens-per-step", backend=False, options=False),
         _json_flag), dict(func=cmd_bench)),

@@ -569,6 +569,7 @@ def _verify_stage(job: _Job) -> None:
             from .verify_media import verify_media
 
             parity["media"] = verify_media(root, job.source, kinds, _artifact_runs(root),
+                                           job.family.media_reference,
                                            log=job.runner.say, threads=job.plan.threads)
             failed.update({f"{k} (media)": v["error"]
                            for k, v in parity["media"]["artifacts"].items() if "error" in v})

@@ -1,20 +1,17 @@
-"""``--verify`` of a multimodal source (Gemma 4 with vision / audio towers): an image prompt and
-an audio prompt through every model artifact (``open_stream`` + ``prefill_messages`` with
-OpenAI content parts) against transformers float32 on the source folder.
+"""``--verify`` of a multimodal source (Gemma 4 with vision / audio towers, Gemma 4 Unified):
+an image prompt and an audio prompt through every model artifact (``open_stream`` +
+``prefill_messages`` with OpenAI content parts) against transformers float32 on the source
+folder (the family's ``media_reference``).
 
 The test media are drawn by formula (no file ships): a 480x336 RGB image (both sides multiples
 of 48 px, 70 soft tokens at patch 16 / pooling 3: transformers and llama.cpp keep it at its
-size) and 1 s of a 16 kHz sweep. The reference renders the folder's chat template, expands each
-media placeholder to begin marker + soft tokens + end marker (Gemma4Processor's rule) and
-decodes greedily by full recompute (``generate()`` keeps the model's end ids), with the image
-block bidirectional on sliding layers (transformers' own Gemma 4 mask, ``mm_token_type_ids``).
+size) and 1 s of a 16 kHz sweep.
 """
 
 from __future__ import annotations
 
 import base64
 import io
-import json
 import math
 import time
 import wave
@@ -64,68 +61,26 @@ def _part(kind: str, data: Any) -> dict[str, Any]:
         "data": base64.b64encode(buf.getvalue()).decode(), "format": "wav"}}
 
 
-def _reference(source: Path, kind: str, data: Any) -> dict[str, Any]:
-    """transformers float32: the prompt ids and ``N_MEDIA_TOKENS`` greedy ids."""
-    import torch
-    from transformers import AutoTokenizer, Gemma4ForConditionalGeneration
-    from transformers.models.gemma4 import Gemma4AudioFeatureExtractor, Gemma4ImageProcessorPil
-
-    model = Gemma4ForConditionalGeneration.from_pretrained(str(source), dtype=torch.float32)
-    model.eval()
-    tok = AutoTokenizer.from_pretrained(str(source))
-    cfg = model.config
-    proc = json.loads((source / "processor_config.json").read_text(encoding="utf-8"))
-    messages = [{"role": "user", "content": [{"type": kind},
-                                             {"type": "text", "text": QUESTIONS[kind]}]}]
-    rendered = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    with torch.no_grad():
-        if kind == "image":
-            from PIL import Image
-
-            ip = Gemma4ImageProcessorPil(**{k: v for k, v in proc["image_processor"].items()
-                                            if k != "image_processor_type"})
-            x = ip(images=[Image.fromarray(data)], return_tensors="pt")
-            inputs = {"pixel_values": x["pixel_values"],
-                      "image_position_ids": x["image_position_ids"]}
-            n, soft, begin, end = (int(x["num_soft_tokens_per_image"][0]), cfg.image_token_id,
-                                   cfg.boi_token_id, cfg.eoi_token_id)
-        else:
-            fe = Gemma4AudioFeatureExtractor(**{k: v for k, v in proc.get(
-                "feature_extractor", {}).items() if k != "feature_extractor_type"})
-            x = fe([data], sampling_rate=16000, return_tensors="pt")
-            inputs = {"input_features": x["input_features"],
-                      "input_features_mask": x["input_features_mask"]}
-            enc = model.model.get_audio_features(x["input_features"], x["input_features_mask"])
-            n, soft, begin, end = (int(enc.attention_mask[0].sum()), cfg.audio_token_id,
-                                   cfg.boa_token_id, cfg.eoa_token_index)
-        mark = tok.convert_ids_to_tokens(soft)
-        text = rendered.replace(mark, tok.convert_ids_to_tokens(begin) + mark * n
-                                + tok.convert_ids_to_tokens(end), 1)
-        ids = tok(text, add_special_tokens=False).input_ids
-        cur, out = list(ids), []
-        for _ in range(N_MEDIA_TOKENS):
-            t = torch.tensor([cur])
-            types = torch.where(t == cfg.image_token_id, 1, torch.where(
-                t == cfg.audio_token_id, 3, 0))
-            logits = model(input_ids=t, mm_token_type_ids=types, **inputs).logits[0, -1]
-            out.append(int(logits.argmax()))
-            cur.append(out[-1])
-    return {"ids": ids, "reference_ids": out}
+#: ``reference(source, kind, data, question, n_tokens)`` -> {"ids": the prompt ids,
+#: "reference_ids": n greedy ids}: transformers float32 on the source folder (the family's
+#: ``media_reference``)
+MediaReference = Callable[[Path, str, Any, str, int], dict[str, Any]]
 
 
 def verify_media(root: Path, source: Path, kinds: tuple[str, ...],
-                 runs: list[tuple[str, str, dict[str, Any]]], *,
+                 runs: list[tuple[str, str, dict[str, Any]]], reference: MediaReference, *,
                  log: Callable[[str], None] = print,
                  threads: int | None = None) -> dict[str, Any]:
     """Each media kind's prompt through every (label, backend, options) run of the bundle at
-    ``root``: greedy ids equal to the reference's; a run that takes no media says so."""
+    ``root``: greedy ids equal to ``reference``'s; a run that takes no media says so."""
     from ..stream import open_stream
 
     data = {"image": test_image(), "audio": test_audio()}
     out: dict[str, Any] = {"n_tokens": N_MEDIA_TOKENS, "prompts": {}, "artifacts": {}}
     for kind in kinds:
         t0 = time.monotonic()
-        out["prompts"][kind] = _reference(source, kind, data[kind])
+        out["prompts"][kind] = reference(source, kind, data[kind], QUESTIONS[kind],
+                                         N_MEDIA_TOKENS)
         log(f"verify: {kind} reference in {time.monotonic() - t0:.1f}s")
     for label, backend, options in runs:
         res: dict[str, Any] = {}
@@ -161,4 +116,5 @@ def verify_media(root: Path, source: Path, kinds: tuple[str, ...],
     return out
 
 
-__all__ = ["N_MEDIA_TOKENS", "test_audio", "test_image", "verify_media"]
+__all__ = ["N_MEDIA_TOKENS", "QUESTIONS", "MediaReference", "test_audio", "test_image",
+           "verify_media"]

@@ -30,6 +30,7 @@ def chat_job(request: ChatCompletionRequest,
     return GenerationJob(prompt=[m.for_template() for m in request.messages], sampling=request,
                          max_tokens=request.token_budget, stop=request.stop_strings,
                          output=output, tools=tools, tool_choice=request.tool_choice,
+                         parallel_tool_calls=request.parallel_tool_calls is not False,
                          n=request.n, media=media)
 
 

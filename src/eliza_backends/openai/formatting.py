@@ -95,12 +95,16 @@ class Responder:
     def chunk(self, index: int, text: str, finish: OpenAIFinishReason | None,
               generation: Generation | None = None) -> ChatCompletionChunk | Completion:
         """A chunk adding ``text`` to choice ``index`` (``finish``: it is the choice's last),
-        with ``generation``'s last step's logprobs and, in the last chunk, its tool calls."""
+        with ``generation``'s last step's logprobs and the tool calls that step finished (each
+        whole, numbered across the choice)."""
         gen = generation
         step_lp = gen.step_logprobs if gen is not None and gen.logprobs is not None else None
         if self.kind == "chat":
-            calls = [ToolCallDelta(index=i, **c) for i, c in enumerate(gen.tool_calls)] \
-                if gen is not None and gen.tool_calls and finish else None
+            calls = None
+            if gen is not None and gen.step_tool_calls:
+                first = len(gen.tool_calls) - len(gen.step_tool_calls)
+                calls = [ToolCallDelta(index=first + i, **c)
+                         for i, c in enumerate(gen.step_tool_calls)]
             delta = ChoiceDelta(content=text or None, tool_calls=calls)
             return ChatCompletionChunk(id=self.id, created=self.created, model=self.model,
                                        choices=[ChunkChoice(
@@ -129,7 +133,7 @@ class Responder:
         """The chunk of one step of choice ``index``: none when the step adds no text, ends
         nothing and has no logprobs."""
         gen = generation
-        if not (text or gen.done or gen.step_logprobs):
+        if not (text or gen.done or gen.step_logprobs or gen.step_tool_calls):
             return []
         return [self.chunk(index, text, gen.finish_reason, gen)]
 
@@ -160,9 +164,10 @@ class Responder:
 
 
 def assistant_message(gen: Generation) -> AssistantMessage:
-    """The message of a finished chat generation: its tool calls, or its text."""
+    """The message of a finished chat generation: its tool calls (with the text the model
+    wrote beside them, if any), or its text."""
     if gen.tool_calls:
-        return AssistantMessage(content=None, tool_calls=[
+        return AssistantMessage(content=gen.content, tool_calls=[
             ToolCall(id=c["id"], function=FunctionCall(**c["function"]))
             for c in gen.tool_calls])
     return AssistantMessage(content=gen.content if gen.holds_reply else gen.text)

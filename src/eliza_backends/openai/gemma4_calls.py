@@ -40,7 +40,8 @@ CHANNEL_OPEN = "<|channel>"
 CHANNEL_CLOSE = "<channel|>"
 MAX_DEPTH = 64  # nesting of argument values; deeper is malformed
 
-_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
+#: A JSON number literal (Gemma 4 writes numbers as JSON does).
+NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _WS = " \t\r\n"
 
@@ -141,7 +142,7 @@ def _value(text: str, pos: int, depth: int) -> tuple[Any, int]:
     for word, value in (("true", True), ("false", False), ("null", None)):
         if text.startswith(word, pos):
             return value, pos + len(word)
-    number = _NUMBER.match(text, pos)
+    number = NUMBER.match(text, pos)
     if number is None:
         raise _Malformed(f"no value at {pos}")
     return json_numbers.Number(number.group(0)), number.end()  # the literal, however large
@@ -191,4 +192,5 @@ def _items(text: str, pos: int, close: str, read: Callable[[int], int]) -> int:
         pos = _skip(text, pos + 1)
 
 
-__all__ = ["CALL_CLOSE", "CALL_OPEN", "is_gemma4_template", "parse_gemma4_reply"]
+__all__ = ["CALL_CLOSE", "CALL_OPEN", "CHANNEL_CLOSE", "CHANNEL_OPEN", "MAX_DEPTH", "NUMBER",
+           "QUOTE", "RESPONSE_OPEN", "is_gemma4_template", "parse_gemma4_reply"]

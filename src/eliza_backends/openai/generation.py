@@ -42,7 +42,15 @@ from ..serving import SamplingSettings, session_config
 from ..stream import Stream
 from ..structured.logits import OutputSpec
 from ..structured.logprobs import TokenLogprob
-from .tools import Tool, native_calls, parse_reply, prepare_messages
+from .gemma4_reader import Gemma4Reader
+from .tools import (
+    Tool,
+    native_calls,
+    native_constraint,
+    native_tools,
+    parse_reply,
+    prepare_messages,
+)
 from .types import OpenAIFinishReason
 
 #: Why a generation ended: the stream's reason (an end token, a stop string, the budget, the
@@ -70,7 +78,8 @@ class GenerationJob:
     ``sampling``: the session settings (None fields: the base config's); ``n``: how many
     choices (each one :class:`Generation`, choice ``i`` on :meth:`session_config` ``(base, i)``);
     ``max_tokens`` None: until an end token or the end of the context window; ``output``: the
-    constraint and logprobs (None: neither); ``tools`` / ``tool_choice``: a tool-call request;
+    constraint and logprobs (None: neither); ``tools`` / ``tool_choice``: a tool-call request
+    (``parallel_tool_calls``: whether a reply may call more than one tool);
     ``media``: what images and audio the messages may carry (None: the defaults, no local
     files; see :class:`~eliza_backends.media.MediaLimits`).
     """
@@ -82,6 +91,7 @@ class GenerationJob:
     output: OutputSpec | None = None
     tools: Sequence[Tool] | None = None
     tool_choice: str | Mapping[str, Any] | None = None
+    parallel_tool_calls: bool = True
     n: int = 1
     media: MediaLimits | None = None
 
@@ -105,6 +115,7 @@ class Generation:
                  stop: Sequence[str] = (), output: OutputSpec | None = None,
                  tools: Sequence[Tool] | None = None,
                  tool_choice: str | Mapping[str, Any] | None = None,
+                 parallel_tool_calls: bool = True,
                  media: MediaLimits | None = None) -> None:
         """``output``: the constraint and logprobs of this completion (None: the stream's
         config's). ``tools`` / ``tool_choice``: a tool-call request; the reply (constrained by
@@ -117,6 +128,7 @@ class Generation:
         self.output = output
         self.tools = list(tools) if tools else None
         self.tool_choice = tool_choice
+        self.parallel_tool_calls = parallel_tool_calls
         #: every generated token's logprob (when asked for); ``step_logprobs``: the last step's.
         #: They follow the text: a token's entry is released once all of its text is (the
         #: entries of held-back text wait), and a stop string drops the entries of the tokens
@@ -128,11 +140,15 @@ class Generation:
         self._lp_held: list[TokenLogprob] = []
         self._lp_start = 0  # byte offset in the text where the first held entry's token starts
         self._emitted = 0  # bytes of text released so far
-        #: a tool-call reply, parsed when it ends: the calls (OpenAI shape) or the content
+        #: a tool-call reply's calls (OpenAI shape) and content, whole once it ends; a reply in
+        #: the model's own syntax is read as it streams: ``step_tool_calls`` are the calls
+        #: the last step finished (a JSON reply's all come with its last step)
         self.tool_calls: list[dict[str, Any]] = []
+        self.step_tool_calls: list[dict[str, Any]] = []
         self.content: str | None = None
-        #: the reply is read in the model's own call syntax (Gemma 4, ``tool_choice`` auto)
+        #: the reply is read in the model's own call syntax (Gemma 4's template)
         self.native_calls = False
+        self._reader: Gemma4Reader | None = None
         self.prompt_tokens = 0
         self.cached_tokens = 0
         self.completion_tokens = 0
@@ -203,8 +219,12 @@ class Generation:
                 f" were requested ({len(ids)} in the prompt, {self.max_tokens} in max_tokens): "
                 "lower max_tokens, shorten the prompt, or use a larger context size")
         output = self.output
-        if self.native_calls and output is not None:  # the model's own syntax, parsed after
-            output = OutputSpec(None, output.logprobs, output.top_logprobs)
+        if self.native_calls and self.tools:  # the model's own syntax, read as it streams
+            self._reader = Gemma4Reader(native_tools(self.tools, self.tool_choice))
+            output = OutputSpec(native_constraint(self.tools, self.tool_choice,
+                                                  self.parallel_tool_calls),
+                                output.logprobs if output is not None else False,
+                                output.top_logprobs if output is not None else 0)
         self.stream.session.set_output(output if output is None or output.active else None)
         self.stream.set_turn(max_tokens=self.max_tokens or window - len(ids), stop=self.stop)
         prefilled = self.stream.prefill_reusing(prompt)
@@ -217,7 +237,7 @@ class Generation:
         ``stream``, not started."""
         return cls(stream, job.prompt, max_tokens=job.max_tokens, stop=job.stop,
                    output=job.output, tools=job.tools, tool_choice=job.tool_choice,
-                   media=job.media)
+                   parallel_tool_calls=job.parallel_tool_calls, media=job.media)
 
     @property
     def finish_reason(self) -> OpenAIFinishReason | None:
@@ -262,15 +282,34 @@ class Generation:
             self.stream.end_generation(self)
         self.parts.append(text)
         self._follow_text(step.logprobs, len(text.encode("utf-8")))
+        self.step_tool_calls = []
+        if self._reader is not None:
+            return self._read_native(text)
         if not self.holds_reply:
             return text
-        if self.ended is None:  # a tool-call reply is parsed whole at its end
+        if self.ended is None:  # a JSON tool-call reply is parsed whole at its end
             return ""
-        self.content, self.tool_calls = parse_reply(
-            self.text, native=self.tools if self.native_calls else None)
+        self.content, self.tool_calls = parse_reply(self.text)
+        self.step_tool_calls = self.tool_calls
         if self.tool_calls and self.finish_reason == "stop":
             self.ended = "tool_calls"
         return self.content or ""
+
+    def _read_native(self, text: str) -> str:
+        """A step of a reply in Gemma 4's own call syntax: the content it decided (returned)
+        and the calls it finished (:attr:`step_tool_calls`); the rest at the end."""
+        assert self._reader is not None
+        reading = self._reader.feed(text)
+        if self.ended is not None:
+            reading.extend(self._reader.finish())
+        self.step_tool_calls = reading.calls
+        self.tool_calls += reading.calls
+        if self.ended is not None:
+            content = "".join(self._reader.content)
+            self.content = (content or None) if self.tool_calls else content
+            if self.tool_calls and self.finish_reason == "stop":
+                self.ended = "tool_calls"
+        return "".join(reading.content)
 
     def _follow_text(self, entries: Sequence[TokenLogprob] | None, n_bytes: int) -> None:
         """Release the logprob entries whose tokens' text has been released (``n_bytes`` more

@@ -67,7 +67,8 @@ class ToolCall(BaseModel):
 
 
 class ToolCallDelta(ToolCall):
-    """A tool call in a streamed chunk (sent whole, in the choice's last chunk)."""
+    """A tool call in a streamed chunk: sent whole, in the chunk of the step that finished it
+    (a reply in the model's own syntax: as it streams; a JSON reply: the choice's last chunk)."""
 
     index: int
 

@@ -15,9 +15,12 @@ and earlier assistant turns with ``tool_calls`` as the JSON the model wrote
 (:func:`prepare_messages`), so the conversation the model sees is the one it produced.
 
 Gemma 4 is the exception (:mod:`eliza_backends.openai.gemma4_calls`): with its own template
-and ``tool_choice="auto"``, the reply is left unconstrained and read in Gemma 4's trained syntax
-(``<|tool_call>call:name{key:<|"|>text<|"|>}<tool_call|>``), and earlier calls are rendered by
-the template in that syntax. ``"required"`` or a named tool keep the JSON constraint.
+the reply is written and read in Gemma 4's trained syntax
+(``<|tool_call>call:name{key:<|"|>text<|"|>}<tool_call|>``, read as it streams and repaired
+where a model slips: :mod:`eliza_backends.openai.gemma4_reader`), and earlier calls are
+rendered by the template in that syntax. ``"auto"`` leaves the reply unconstrained;
+``"required"`` or a named tool constrain it to calls in that syntax
+(:mod:`eliza_backends.openai.gemma4_grammar`).
 
 Limit: for other models the answer format is this JSON, not their own trained call syntax
 (Hermes ``<tool_call>`` tags, Llama 3.1's ``<|python_tag|>``).
@@ -35,7 +38,9 @@ from typing import Any
 from ..errors import InvalidArgumentError
 from ..structured.constraint import Constraint
 from . import json_numbers
-from .gemma4_calls import is_gemma4_template, parse_gemma4_reply
+from .gemma4_calls import is_gemma4_template
+from .gemma4_grammar import gemma4_call_constraint
+from .gemma4_reader import ToolSchemas, read_gemma4_reply
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -210,10 +215,27 @@ def _arguments(raw: Any) -> Any:
 
 
 def native_calls(template: str, tool_choice: str | Mapping[str, Any] | None) -> bool:
-    """Whether the reply is left unconstrained and read in the model's own call syntax: a
-    Gemma 4 template (:func:`is_gemma4_template`) with ``tool_choice`` ``"auto"`` (or unset).
-    ``"required"``, a named tool and ``"none"`` keep the JSON constraint (or none)."""
-    return is_gemma4_template(template) and tool_choice in (None, "auto")
+    """Whether the reply is written and read in the model's own call syntax: a Gemma 4
+    template (:func:`is_gemma4_template`) and a ``tool_choice`` other than ``"none"``
+    (:func:`native_constraint` says how it is constrained)."""
+    return is_gemma4_template(template) and tool_choice != "none"
+
+
+def native_tools(tools: Sequence[Tool], tool_choice: str | Mapping[str, Any] | None
+                 ) -> ToolSchemas:
+    """The tools a reply in the model's own syntax may call (name -> parameters schema)."""
+    return {t.name: t.parameters for t in chosen_tools(tools, tool_choice)[0]}
+
+
+def native_constraint(tools: Sequence[Tool], tool_choice: str | Mapping[str, Any] | None,
+                      parallel: bool = True) -> Constraint | None:
+    """The constraint on a reply in Gemma 4's own syntax: none for ``"auto"`` (the model may
+    answer in text), calls in that syntax for ``"required"`` or a named tool (one call when
+    not ``parallel``)."""
+    allowed, required = chosen_tools(tools, tool_choice)
+    if not required:
+        return None
+    return gemma4_call_constraint([(t.name, t.parameters) for t in allowed], parallel=parallel)
 
 
 def parse_reply(text: str, *, native: Sequence[Tool] | None = None
@@ -221,13 +243,13 @@ def parse_reply(text: str, *, native: Sequence[Tool] | None = None
     """(content, tool_calls) of a constrained reply: OpenAI ``tool_calls`` items (``id``,
     ``type``, ``function: {name, arguments}``, arguments as JSON text), or the ``content``.
     Text that is not such JSON (a reply cut short by ``max_tokens``) is returned as content.
-    ``native``: the tools offered to an unconstrained Gemma 4 reply (:func:`native_calls`);
-    the text is then read in Gemma 4's own syntax
-    (:func:`~eliza_backends.openai.gemma4_calls.parse_gemma4_reply`), same rule for bad text.
+    ``native``: the tools a Gemma 4 reply may call (:func:`native_calls`); the text is then
+    read in Gemma 4's own syntax, repairing what a person would
+    (:func:`~eliza_backends.openai.gemma4_reader.read_gemma4_reply`).
     ``arguments`` are always JSON text: numbers keep the literals the model wrote
     (:mod:`eliza_backends.openai.json_numbers`), however large."""
     if native is not None:
-        return parse_gemma4_reply(text, {t.name for t in native})
+        return read_gemma4_reply(text, {t.name: t.parameters for t in native})
     try:
         data = json_numbers.loads(text)  # numbers keep their literals (1e999, huge ints)
     except (ValueError, RecursionError):
@@ -245,5 +267,6 @@ def parse_reply(text: str, *, native: Sequence[Tool] | None = None
     return text, []
 
 
-__all__ = ["Tool", "chosen_tools", "instructions", "native_calls", "parse_reply", "parse_tools",
-           "prepare_messages", "reply_constraint", "reply_schema", "template_renders_tools"]
+__all__ = ["Tool", "chosen_tools", "instructions", "native_calls", "native_constraint",
+           "native_tools", "parse_reply", "parse_tools", "prepare_messages", "reply_constraint",
+           "reply_schema", "template_renders_tools"]

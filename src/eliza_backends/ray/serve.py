@@ -49,7 +49,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..batch import DEFAULT_PARALLEL
 from ..config import StreamConfig
+from ..openai.embedder import bundle_embedding
 from ..server.app import create_app
+from ..server.embedding_service import DEFAULT_QUEUE, EmbeddingService
 from ..server.pool import SessionPool
 from ..serving import model_name
 from .resources import reserved_cores
@@ -80,10 +82,12 @@ class ReplicaHeaders:
 
 @serve.ingress()
 class OpenAIReplica:
-    """One Serve replica: a :class:`SessionPool` over ``bundle`` (loaded and opened in the
-    constructor, so a bundle that cannot be served fails the replica at start with its
-    ``ELIZA_*`` error) behind the OpenAI app. ``config`` (a :class:`StreamConfig` or its
-    fields), ``sessions``, ``parallel``, ``queue``, ``backend`` and ``model`` are
+    """One Serve replica: a :class:`SessionPool` over ``bundle`` (an
+    :class:`~eliza_backends.server.embedding_service.EmbeddingService` when the bundle is an
+    embedding model: ``/v1/embeddings``; loaded and opened in the constructor, so a bundle
+    that cannot be served fails the replica at start with its ``ELIZA_*`` error) behind the
+    OpenAI app. ``config`` (a :class:`StreamConfig` or its fields), ``sessions``,
+    ``parallel``, ``queue``, ``backend`` and ``model`` are
     ``eliza-backends serve``'s; the threads come from the CPUs Ray reserved for the replica.
     ``capacity``: requests Serve may send at once (its ``max_ongoing_requests``): when the
     pool opens fewer sessions than that assumed (``"auto"`` on a backend that does not
@@ -100,24 +104,40 @@ class OpenAIReplica:
         self.grace = grace
         if parallel is None and sessions is None:
             parallel = "auto"
-        self.pool = SessionPool(bundle, StreamConfig.build(config), sessions=sessions or 1,
-                                parallel=parallel, max_queue=queue, backend=backend,
-                                cores=reserved_cores())
-        self.pool.open()
+        base = StreamConfig.build(config)
+        self.embeddings: EmbeddingService | None = None
+        self.generation: SessionPool | None = None
+        self.pool: SessionPool | EmbeddingService
+        if bundle_embedding(bundle, backend=backend) is not None:  # an embedding model
+            threads = base.threads or reserved_cores()
+            self.pool = self.embeddings = EmbeddingService(
+                bundle, StreamConfig.build(base, threads=threads), backend=backend,
+                max_queue=max(queue or 0, capacity or 0, DEFAULT_QUEUE))
+            self.pool.open()
+            log.info("replica %s: embedding model %s on %s", self.replica, self.model,
+                     self.pool.backend)
+            return
+        self.pool = self.generation = pool = SessionPool(
+            bundle, base, sessions=sessions or 1, parallel=parallel, max_queue=queue,
+            backend=backend, cores=reserved_cores())
+        pool.open()
         if capacity is not None:
-            self.pool.max_queue = max(self.pool.max_queue, capacity - len(self.pool.slots))
+            pool.max_queue = max(pool.max_queue, capacity - len(pool.slots))
         log.info("replica %s: model %s on %s, %s, queue %d", self.replica, self.model,
-                 self.pool.backend, self.pool.batching, self.pool.max_queue)
+                 pool.backend, pool.batching, pool.max_queue)
 
     def __serve_build_asgi_app__(self) -> ASGIApp:
         """Serve's hook: the app this replica serves (called once, after the constructor)."""
-        return ReplicaHeaders(create_app(self.pool, model=self.model), self.pool.backend,
+        return ReplicaHeaders(create_app(self.generation, model=self.model,
+                                         embeddings=self.embeddings), self.pool.backend,
                               self.replica)
 
     def describe(self) -> dict[str, Any]:
         """Which model, backend and process this replica is (for a deployment handle)."""
+        stats = self.generation.stats().to_dict() if self.generation is not None else \
+            self.embeddings.stats() if self.embeddings is not None else {}
         return {"model": self.model, "backend": self.pool.backend, "replica": self.replica,
-                **self.pool.stats().to_dict()}
+                **stats}
 
     def check_health(self) -> None:
         """Serve's health check: fails once the pool is draining."""
@@ -131,7 +151,8 @@ class OpenAIReplica:
 
         self.pool.begin_shutdown(self.grace)
         deadline = asyncio.get_running_loop().time() + self.grace + 1
-        while self.pool.stats().busy and asyncio.get_running_loop().time() < deadline:
+        while self.generation is not None and self.generation.stats().busy and \
+                asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.05)
         self.pool.close()
 

@@ -106,20 +106,29 @@ def _gpt2_byte_decoder() -> dict[str, int]:
     return {chr(c): b for b, c in zip(printable, chars, strict=False)}
 
 
+#: Special tokens whose text is output all the same: Gemma 4's thought-channel, tool-call and
+#: string markers, which llama.cpp's converter marks user-defined "so that the chat parser can
+#: read them" (its ``gemma.py``); a reply's tool calls are read from that text
+#: (:mod:`eliza_backends.openai.gemma4_reader`).
+RENDERED_SPECIAL = frozenset({"<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>",
+                              "<|tool_response>", "<tool_response|>", '<|"|>'})
+
+
 def byte_level_pieces(tokenizer_json: Mapping[str, Any]) -> list[bytes]:
     """Bytes of every token id of a Hugging Face ``tokenizer.json`` (index = token id).
 
     Byte-level BPE vocabularies (GPT-2 style) are decoded through the GPT-2 byte table;
     SentencePiece-style vocabularies map ``▁`` to a space and ``<0xNN>`` to that byte. Added
     tokens map to their UTF-8 text, except special (control) tokens, which add no text, as in
-    llama.cpp's rendering. Ids without a token map to ``b""``.
+    llama.cpp's rendering (and, as there, the ones in :data:`RENDERED_SPECIAL` keep their
+    text). Ids without a token map to ``b""``.
     """
     model = tokenizer_json.get("model", {})
     vocab: Mapping[str, int] = model.get("vocab", {})
     if isinstance(vocab, list):  # Unigram: [[piece, score], ...]
         vocab = {piece: i for i, (piece, _score) in enumerate(vocab)}
-    added = {t["id"]: "" if t.get("special") else t["content"]
-             for t in tokenizer_json.get("added_tokens", [])}
+    added = {t["id"]: "" if t.get("special") and t["content"] not in RENDERED_SPECIAL
+             else t["content"] for t in tokenizer_json.get("added_tokens", [])}
     size = max([*vocab.values(), *added.keys(), -1]) + 1
     pieces = [b""] * size
     byte_level = "ByteLevel" in repr(tokenizer_json.get("pre_tokenizer")) or "ByteLevel" in repr(
@@ -138,4 +147,4 @@ def byte_level_pieces(tokenizer_json: Mapping[str, Any]) -> list[bytes]:
     return pieces
 
 
-__all__ = ["AssemblerState", "TextAssembler", "byte_level_pieces"]
+__all__ = ["RENDERED_SPECIAL", "AssemblerState", "TextAssembler", "byte_level_pieces"]

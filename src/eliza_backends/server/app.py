@@ -3,7 +3,10 @@
 Routes: ``POST /v1/chat/completions``, ``POST /v1/completions`` and ``POST /v1/responses`` (JSON,
 or server-sent events with ``"stream": true``; stored responses at ``GET`` / ``DELETE
 /v1/responses/{id}``), Anthropic's ``POST /v1/messages`` (and ``/v1/messages/count_tokens``),
-``GET /v1/models`` (and ``/v1/models/{id}``), ``GET /health``.
+``POST /v1/embeddings``, ``GET /v1/models`` (and ``/v1/models/{id}``), ``GET /health``. A
+server of a generation model has a :class:`SessionPool`; one of an embedding model an
+:class:`~eliza_backends.server.embedding_service.EmbeddingService`, and each answers the
+other's routes with a 400 (``code: ELIZA_ERR_UNSUPPORTED``).
 
 Errors have OpenAI's body, ``{"error": {"message", "type", "param", "code"}}`` (Anthropic's,
 ``{"type": "error", "error": {"type", "message"}}``, on ``/v1/messages``):
@@ -56,6 +59,7 @@ from ..openai import anthropic_messages, chat, completions, responses
 from ..openai.anthropic_events import MessagesFormatter
 from ..openai.anthropic_types import MessagesRequest, TokenCount
 from ..openai.anthropic_types import error_body as anthropic_error_body
+from ..openai.embeddings import EmbeddingRequest
 from ..openai.formatting import Formatter, Responder
 from ..openai.generation import Generation, GenerationJob
 from ..openai.response_store import ResponseStore
@@ -71,6 +75,7 @@ from ..openai.types import (
 )
 from .api_errors import ApiError, api_error, sse
 from .auth import ApiKeyGuard
+from .embedding_service import EmbeddingService
 from .pool import Lease, SessionPool
 from .run import GenerationResponse, GenerationRun, starter
 from .slot_files import SlotFiles
@@ -120,12 +125,17 @@ class AccessLog:
 class OpenAIServer:
     """The routes over one pool. ``model`` is the id the server answers to and names;
     ``media``: the limits on requests' images and audio (None: the defaults, no local
-    files)."""
+    files). ``pool`` serves a generation model, ``embeddings`` an embedding model: one of
+    them."""
 
-    def __init__(self, pool: SessionPool, model: str, *, max_body: int = MAX_BODY,
+    def __init__(self, pool: SessionPool | None, model: str, *, max_body: int = MAX_BODY,
                  media: MediaLimits | None = None,
-                 response_store: ResponseStore | None = None) -> None:
-        self.pool = pool
+                 response_store: ResponseStore | None = None,
+                 embeddings: EmbeddingService | None = None) -> None:
+        if (pool is None) == (embeddings is None):
+            raise ValueError("OpenAIServer serves a SessionPool or an EmbeddingService: one")
+        self._pool = pool
+        self.embeddings = embeddings
         self.media = media
         self.model = model
         self.max_body = max_body
@@ -135,7 +145,21 @@ class OpenAIServer:
 
     # ------------------------------------------------------------------ plain routes
 
+    @property
+    def pool(self) -> SessionPool:
+        """The generation pool; a 400 on a server of an embedding model."""
+        if self._pool is None:
+            raise ApiError(400, f"this server serves the embedding model {self.model!r}: it "
+                           "makes vectors (POST /v1/embeddings), not text; serve a generation "
+                           "model's bundle for completions", code="ELIZA_ERR_UNSUPPORTED")
+        return self._pool
+
     async def health(self, request: Request) -> Response:
+        if self.embeddings is not None:
+            info = self.embeddings.stats()
+            return JSONResponse({"status": "draining" if info["draining"] else "ok",
+                                 "model": self.model, "backend": self.embeddings.backend,
+                                 **info}, status_code=503 if info["draining"] else 200)
         stats = self.pool.stats()
         return JSONResponse({"status": "draining" if stats.draining else "ok",
                              "model": self.model, "backend": self.pool.backend,
@@ -265,6 +289,25 @@ class OpenAIServer:
             return self._fail(request, exc, anthropic_messages.PROMPT_PARAM,
                               anthropic_error_body)
 
+    # ------------------------------------------------------------------ embeddings
+
+    async def create_embeddings(self, request: Request) -> Response:
+        """``POST /v1/embeddings`` (:mod:`eliza_backends.openai.embeddings`) on the
+        :class:`EmbeddingService`; a 400 on a server of a generation model."""
+        try:
+            req = validate_body(EmbeddingRequest, await self._body(request))
+            self._check_model(req.model)
+            if self.embeddings is None:
+                raise ApiError(400, f"this server serves the generation model {self.model!r},"
+                               " which makes no embeddings; serve an embedding model's bundle "
+                               "(a GGUF with a pooling type, such as EmbeddingGemma) for "
+                               "/v1/embeddings", code="ELIZA_ERR_UNSUPPORTED")
+            reply = await self.embeddings.run(req, self.model)
+            request.scope[_LOG_KEY]["prompt_tokens"] = reply.usage.prompt_tokens
+            return JSONResponse(reply.model_dump())
+        except Exception as exc:
+            return self._fail(request, exc, "input")
+
     def _check_model(self, name: str | None) -> None:
         if name is not None and name != self.model:
             raise self._unknown_model(name)
@@ -308,24 +351,26 @@ class OpenAIServer:
                 return
 
 
-def create_app(pool: SessionPool, *, model: str, max_body: int = MAX_BODY,
+def create_app(pool: SessionPool | None, *, model: str, max_body: int = MAX_BODY,
                media: MediaLimits | None = None, api_key: str | None = None,
+               embeddings: EmbeddingService | None = None,
                slot_save_path: str | os.PathLike[str] | None = None) -> ASGIApp:
-    """The ASGI application serving ``pool`` under the model id ``model`` (with access logs);
+    """The ASGI application serving ``pool`` (a generation model) or ``embeddings`` (an
+    embedding model; then ``pool`` is None) under the model id ``model`` (with access logs);
     ``media``: the limits on requests' images and audio (see :class:`OpenAIServer`);
     ``slot_save_path``: the folder of ``POST /slots/{id}?action=save|restore``'s files
-    (:mod:`~eliza_backends.server.slot_files`; None: only ``erase``).
+    (:mod:`~eliza_backends.server.slot_files`; None: only ``erase``; a pool's only).
     With ``api_key``, every request but ``GET /health`` must carry it, else 401
     (:class:`~eliza_backends.server.auth.ApiKeyGuard`; refused requests are logged too).
 
     The pool must be open; closing it is the caller's job."""
-    server = OpenAIServer(pool, model, max_body=max_body, media=media)
+    server = OpenAIServer(pool, model, max_body=max_body, media=media, embeddings=embeddings)
 
     async def not_found(request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
         message = (f"no route {request.method} {request.url.path}; this server has "
                    "/v1/chat/completions, /v1/completions, /v1/responses, /v1/messages, "
-                   "/v1/models, /slots/{id} and /health"
+                   "/v1/embeddings, /v1/models, /slots/{id} and /health"
                    if status in (404, 405) else str(exc))
         return ApiError(status, message, code="not_found" if status == 404 else None
                         ).response()
@@ -346,7 +391,9 @@ def create_app(pool: SessionPool, *, model: str, max_body: int = MAX_BODY,
               methods=["GET", "DELETE"]),
         Route("/v1/messages", server.messages, methods=["POST"]),
         Route("/v1/messages/count_tokens", server.count_tokens, methods=["POST"]),
-        Route("/slots/{id:int}", SlotFiles(pool, slot_save_path).action, methods=["POST"]),
+        Route("/v1/embeddings", server.create_embeddings, methods=["POST"]),
+        *([Route("/slots/{id:int}", SlotFiles(pool, slot_save_path).action,
+                 methods=["POST"])] if pool is not None else []),
     ], exception_handlers=handlers)
     app.state.server = server
     return AccessLog(ApiKeyGuard(app, api_key) if api_key else app)

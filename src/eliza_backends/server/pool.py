@@ -272,7 +272,7 @@ class SessionPool:
         if cache is None or session.closed or not session.n_past or session.cancelled:
             return
         try:
-            cache.store(session.save_state())
+            cache.store(session.save_slot())
         except ElizaError as exc:
             log.debug("slot %s: state not kept in the prompt cache: %s", stream.backend, exc)
 

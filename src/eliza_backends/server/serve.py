@@ -39,9 +39,11 @@ import uvicorn
 
 from ..config import StreamConfig
 from ..media import MediaLimits
+from ..openai.embedder import bundle_embedding
 from ..serving import model_name
 from .app import create_app
 from .auth import exposure_warning
+from .embedding_service import DEFAULT_QUEUE, EmbeddingService
 from .pool import SessionPool
 
 LogFormat = Literal["text", "json"]
@@ -83,8 +85,8 @@ class _Server(uvicorn.Server):
     """uvicorn's server with a graceful shutdown that drains the pool, and no re-raised
     signal once it is done (so the process can free the model and exit 0)."""
 
-    def __init__(self, config: uvicorn.Config, pool: SessionPool, grace: float,
-                 announce: str, out: IO[str]) -> None:
+    def __init__(self, config: uvicorn.Config, pool: SessionPool | EmbeddingService,
+                 grace: float, announce: str, out: IO[str]) -> None:
         super().__init__(config)
         self.pool = pool
         self.grace = grace
@@ -190,36 +192,46 @@ def serve(bundle: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int 
     if parallel is None and sessions is None:  # MTP needs a context of its own: 1 session
         parallel = None if config is not None and config.drafter == "mtp" else "auto"
     cache_mib = default_cache_mib() if cache_ram is None else cache_ram
-    pool = SessionPool(bundle, config, sessions=sessions or 1, parallel=parallel,
-                       max_queue=queue, backend=backend, warm=warm, cache_bytes=cache_mib << 20)
+    if bundle_embedding(bundle, backend=backend) is not None:
+        service: SessionPool | EmbeddingService = EmbeddingService(
+            bundle, config, backend=backend, max_queue=DEFAULT_QUEUE if queue is None else queue)
+        pool = None
+    else:
+        service = pool = SessionPool(bundle, config, sessions=sessions or 1, parallel=parallel,
+                                     max_queue=queue, backend=backend, warm=warm,
+                                     cache_bytes=cache_mib << 20)
     try:
-        pool.open()
-        if pool.warmup_seconds:
+        service.open()
+        if pool is not None and pool.warmup_seconds:
             logging.getLogger("eliza_backends.server").info(
                 "warmed up in %.0f ms", pool.warmup_seconds * 1000)
         name = model or model_name(bundle)
         sock = bind(host, port)
         bound = sock.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
+        how = (f"{pool.batching}, context {pool.context_size}" if pool is not None else
+               f"embeddings, inputs up to {service.context_size} tokens")
+        cache = "" if pool is None else \
+            f", prompt cache {f'{cache_mib} MiB' if pool.prompt_cache else 'off'}"
         announce = (f"eliza-backends serve: http://{shown}:{bound}/v1  model {name} on "
-                    f"{pool.backend}, {pool.batching}, context {pool.context_size}, "
-                    f"queue {pool.max_queue}, prompt cache "
-                    f"{f'{cache_mib} MiB' if pool.prompt_cache else 'off'}"
-                    f"{', API key required' if api_key else ''}; "
+                    f"{service.backend}, {how}, queue {service.max_queue}"
+                    f"{cache}{', API key required' if api_key else ''}; "
                     "Ctrl-C to stop")
         warning = exposure_warning(host, api_key)
         if warning:
             logging.getLogger("eliza_backends.server").warning("%s", warning)
         media = MediaLimits(allow_files=True) if allow_media_files else None
+        embeddings = service if isinstance(service, EmbeddingService) else None
         uv_config = uvicorn.Config(create_app(pool, model=name, media=media, api_key=api_key,
+                                              embeddings=embeddings,
                                               slot_save_path=slot_save_path),
                                    log_config=None,
                                    access_log=False, lifespan="off", ws="none",
                                    timeout_graceful_shutdown=math.ceil(grace + SHUTDOWN_MARGIN))
-        server = _Server(uv_config, pool, grace, announce, out)
+        server = _Server(uv_config, service, grace, announce, out)
         server.run(sockets=[sock])
     finally:
-        pool.close()
+        service.close()
     print("eliza-backends serve: stopped", file=out, flush=True)
     return 0
 

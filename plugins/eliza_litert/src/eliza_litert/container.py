@@ -76,12 +76,19 @@ class LlmMetadata:
     jinja_prompt_template: str | None = None
     #: ``llm_model_type``'s case (``gemma4``, ``generic_model``, ...); None when absent
     model_type: str | None = None
+    #: the vision patchify settings of a model type in :data:`PATCHIFY_FIELDS`: (patch
+    #: width, patch height, max_num_patches); None when the container does not set all three
+    vision_patchify: tuple[int, int, int] | None = None
 
 
 #: LiteRT-LM's ``LlmModelType`` oneof: field number -> case name (litert-lm 0.18)
 MODEL_TYPES = {1: "generic_model", 2: "gemma3n", 3: "function_gemma", 4: "gemma3", 5: "qwen3",
                7: "qwen2p5", 8: "gemma4", 9: "fast_vlm", 11: "lfm2", 12: "minicpm5",
                13: "minicpmv4"}
+#: per ``llm_model_type`` case, the field numbers of its vision patchify settings: patch
+#: width, patch height, max_num_patches (what LiteRT-LM's image preprocessor resizes to;
+#: litert-torch 0.10 writes them for Gemma 4)
+PATCHIFY_FIELDS = {"gemma4": (15, 16, 17)}
 
 
 @dataclass(frozen=True)
@@ -305,6 +312,7 @@ def parse_llm_metadata(data: bytes, path: Path | str = "LlmMetadata") -> LlmMeta
     max_tokens: int | None = None
     template: str | None = None
     model_type: str | None = None
+    patchify: tuple[int, int, int] | None = None
     for num, _wire, value in _fields(data, p):
         if num == 1 and isinstance(value, bytes):
             start_ids, start_str = _token_union(value, p)
@@ -319,10 +327,22 @@ def parse_llm_metadata(data: bytes, path: Path | str = "LlmMetadata") -> LlmMeta
         elif num == 7 and isinstance(value, bytes):
             template = value.decode("utf-8", "replace")
         elif num == 6 and isinstance(value, bytes):
-            cases = [n for n, _w, _v in _fields(value, p)]
-            model_type = MODEL_TYPES.get(cases[0], f"type {cases[0]}") if cases else None
+            cases = _fields(value, p)
+            model_type = MODEL_TYPES.get(cases[0][0], f"type {cases[0][0]}") if cases else None
+            fields = PATCHIFY_FIELDS.get(model_type or "")
+            if fields is not None and isinstance(cases[0][2], bytes):
+                patchify = _patchify(cases[0][2], fields, p)
     return LlmMetadata(start_ids, start_str, tuple(stop_ids), tuple(stop_strs), max_tokens,
-                       template, model_type)
+                       template, model_type, patchify)
+
+
+def _patchify(buf: bytes, fields: tuple[int, int, int],
+              path: Path) -> tuple[int, int, int] | None:
+    got = {n: v for n, _w, v in _fields(buf, path) if n in fields}
+    values = [got.get(n) for n in fields]
+    if all(isinstance(v, int) and v > 0 for v in values):
+        return values[0], values[1], values[2]  # type: ignore[return-value]
+    return None
 
 
 # ------------------------------------------------------------------------------ .tflite

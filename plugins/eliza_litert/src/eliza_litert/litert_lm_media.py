@@ -97,10 +97,77 @@ def conversation_tokens(engine: Any, sampler: Any, content: Sequence[dict[str, A
         conv.close()
 
 
+#: the ``llm_model_type`` s whose LiteRT-LM data processor counts soft tokens as
+#: :func:`planned_soft_tokens` does (its Gemma 4 one); any other asks the engine
+PLANNED_COUNT_MODEL_TYPES = frozenset({"gemma4"})
+#: LiteRT-LM's Gemma 4 image pooling kernel (its ``Gemma4DataProcessorConfig`` default;
+#: litert-torch 0.10 writes none into the container)
+POOLING_KERNEL = 3
+#: LiteRT-LM's Gemma 4 audio front end: one mel frame per hop of 160 samples (10 ms at
+#: 16 kHz, semicausal: the first window is half zeros), two stride-2 subsamplings after it
+AUDIO_HOP = 160
+#: the audio encoder's input in mel frames (litert-torch 0.10 exports E2B's 816); longer
+#: clips are left to the engine (the probe), which refuses them
+AUDIO_MAX_FRAMES = 816
+
+
+def image_soft_tokens(width: int, height: int, patchify: tuple[int, int, int]) -> int | None:
+    """The soft tokens LiteRT-LM's Gemma 4 image preprocessor gives a ``width`` x ``height``
+    image: its aspect-ratio-preserving resize (``GetAspectRatioPreservingSize``, in float32
+    as there) to at most ``max_num_patches`` patches, sides multiples of patch x pooling,
+    then one token per pooled cell. ``patchify``: (patch width, patch height,
+    max_num_patches) from the container. None where the engine would refuse the size (it
+    says why)."""
+    import numpy as np
+
+    patch, patch_h, max_patches = patchify
+    if patch != patch_h or width <= 0 or height <= 0:
+        return None
+    f32 = np.float32
+    side = POOLING_KERNEL * patch
+    target = f32(max_patches * patch * patch)
+    factor = np.sqrt(f32(target / f32(width * height)))
+    rows = int(np.floor(f32(f32(factor * f32(height)) / f32(side))))
+    cols = int(np.floor(f32(f32(factor * f32(width)) / f32(side))))
+    longest = max_patches // (POOLING_KERNEL * POOLING_KERNEL)
+    if rows == 0 and cols == 0:
+        return None
+    if rows == 0:
+        rows, cols = 1, min(int(np.floor(f32(width) / f32(height))), longest)
+    elif cols == 0:
+        rows, cols = min(int(np.floor(f32(height) / f32(width))), longest), 1
+    if rows * cols * side * side > target or rows * cols == 0:
+        return None
+    return rows * cols
+
+
+def audio_soft_tokens(samples: int) -> int | None:
+    """The soft tokens LiteRT-LM's Gemma 4 audio path gives ``samples`` of 16 kHz PCM: one
+    mel frame per :data:`AUDIO_HOP` samples (at least one), halved twice rounding up (the
+    encoder's subsampling). None past the encoder's :data:`AUDIO_MAX_FRAMES`."""
+    frames = max(samples // AUDIO_HOP, 1)
+    if frames > AUDIO_MAX_FRAMES:
+        return None
+    halved = (frames + 1) // 2
+    return (halved + 1) // 2
+
+
+def planned_soft_tokens(item: MediaItem, patchify: tuple[int, int, int] | None) -> int | None:
+    """The soft tokens of ``item`` computed as the engine computes them (no encoder run), for
+    a Gemma 4 container; None when they cannot be (no patchify fields, a size the engine
+    refuses): then :func:`soft_token_count` asks the engine."""
+    if item.kind == "image":
+        return image_soft_tokens(item.width, item.height, patchify) if patchify else None
+    if item.kind == "audio":
+        return audio_soft_tokens(len(item.data))
+    return None
+
+
 def soft_token_count(engine: Any, sampler: Any, kind: str, data: bytes) -> int:
     """How many soft tokens the engine gives this item: a probe conversation with the item
     and one without, the difference less the begin/end markers the engine adds. Runs the
-    encoder once (the count depends on the engine's own resize / framing)."""
+    encoder once (the count depends on the engine's own resize / framing): the fallback of
+    :func:`planned_soft_tokens`."""
     lead = {"type": "text", "text": MARKERS[kind][0]}
     try:
         with_item = conversation_tokens(engine, sampler, [lead, media_part(kind, data)])
@@ -123,5 +190,7 @@ def stream_conversation(engine: Any, sampler: Any, budget: int,
     return conv, (message_text(m) for m in chunks)
 
 
-__all__ = ["ENCODER_SECTIONS", "IDENTITY_TEMPLATE", "MARKERS", "container_media", "media_bytes",
-           "media_part", "soft_token_count", "stream_conversation"]
+__all__ = ["AUDIO_HOP", "AUDIO_MAX_FRAMES", "ENCODER_SECTIONS", "IDENTITY_TEMPLATE", "MARKERS",
+           "PLANNED_COUNT_MODEL_TYPES", "POOLING_KERNEL", "audio_soft_tokens",
+           "container_media", "image_soft_tokens", "media_bytes", "media_part",
+           "planned_soft_tokens", "soft_token_count", "stream_conversation"]

@@ -59,9 +59,11 @@ from .container import container_tokenizer, read_container
 from .ladder import Rung
 from .litert_lm_media import (
     MARKERS,
+    PLANNED_COUNT_MODEL_TYPES,
     container_media,
     media_bytes,
     media_part,
+    planned_soft_tokens,
     soft_token_count,
     stream_conversation,
 )
@@ -83,6 +85,11 @@ class LoadedEngine:
     added: dict[int, str]  # added/special token id -> its text (the engine parses it back)
     #: the media kinds the container carries encoders for (the engine runs them on the CPU)
     media: frozenset[str] = frozenset()
+    #: soft-token counts computed, not probed (a model type in
+    #: ``PLANNED_COUNT_MODEL_TYPES``: :func:`~eliza_litert.litert_lm_media.planned_soft_tokens`),
+    #: with these patchify settings
+    planned_counts: bool = False
+    patchify: tuple[int, int, int] | None = None
 
 
 def _backend(rung: Rung, threads: int | None) -> Any:
@@ -147,7 +154,8 @@ def load_engine(path: Path, rung: Rung, threads: int | None, cache_dir: str | No
                      template_tokens=tok.template_tokens(bos, frozenset(eog)), artifact=path,
                      control_tokens=tok.control_texts)
     return LoadedEngine(path, engine, tok, info, eog, meta.max_num_tokens or 4096, cache_dir,
-                        owns, added, media)
+                        owns, added, media, meta.model_type in PLANNED_COUNT_MODEL_TYPES,
+                        meta.vision_patchify)
 
 
 def close_engine(loaded: LoadedEngine) -> None:
@@ -361,8 +369,11 @@ class EngineSession(Session):
             raise UnsupportedOperationError(
                 f"{self._loaded.path.name} carries no {item.kind} encoder")
         data = self._media_blobs.get(item.digest) or media_bytes(item)
-        count = soft_token_count(self._loaded.engine, self._sampler(self.config), item.kind,
-                                 data)
+        count = planned_soft_tokens(item, self._loaded.patchify) \
+            if self._loaded.planned_counts else None
+        if count is None:  # (not a size the engine's rule covers: it says, by a probe)
+            count = soft_token_count(self._loaded.engine, self._sampler(self.config),
+                                     item.kind, data)
         begin, soft, end = (self._loaded.tokenizer.token_id(t) for t in MARKERS[item.kind])
         if begin is None or soft is None or end is None:
             raise BundleError(f"{self._loaded.path.name}'s tokenizer lacks the {item.kind} "

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from eliza_backends.backend import Field, FrozenModel
 
 from .ladder import ACCELERATOR_ENV, RUNG_NAMES
 
 
-class LiteRTOptions(BaseModel):
+class LiteRTOptions(FrozenModel):
     """``StreamConfig.options["litert-lm"]``."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     session: Literal["auto", "interpreter", "engine"] = Field(
         "auto", description="interpreter (token-exact), engine (litert_lm.Engine), or auto: "

@@ -21,6 +21,7 @@ from typing import Any
 from eliza_backends import (
     Availability,
     BundleError,
+    EmbeddingSpec,
     Factory,
     InferenceContext,
     ModelInfo,
@@ -30,7 +31,7 @@ from eliza_backends import (
     UnsupportedOperationError,
     hookimpl,
 )
-from eliza_backends.backend import Drafter, find_artifacts
+from eliza_backends.backend import Drafter, MediaReference, find_artifacts
 
 from .options import LlamaCppOptions
 
@@ -77,11 +78,15 @@ class LlamaCppFactory(Factory):
         """A session on its own ``llama_context``, or, when ``context.parallel > 1``, on one
         sequence of a context shared by ``parallel`` sessions and decoded in batched steps
         (:mod:`eliza_llamacpp.batch_engine`; :class:`SessionBusyError` when all are in use)."""
-        from .model import shared_model
+        from .model import pools, shared_model
 
         options: LlamaCppOptions = self.parse_options(config)
-        model = shared_model(context, self.artifact(context.bundle_dir, name=options.artifact),
-                             options)
+        path = self.artifact(context.bundle_dir, name=options.artifact)
+        model = shared_model(context, path, options)
+        if pools(model):  # an embedding model: its spec from the header (only then read)
+            spec = self._embedding_spec(path, context.bundle_dir)
+            if spec is not None:
+                return self._open_embedding(context, config, options, path, spec)
         if context.parallel > 1:
             return self._open_batched(context, config, options, model)
         from .session import LlamaCppSession
@@ -103,6 +108,35 @@ class LlamaCppFactory(Factory):
             lane.close()
             raise
         return LlamaCppSession(model, config, lane, context, drafter, media=media)
+
+    def embedding(self, bundle_dir: str | os.PathLike[str]) -> EmbeddingSpec | None:
+        """The first GGUF's pooling and vector length when it is an embedding model (its
+        ``<arch>.pooling_type`` is mean, CLS or last: EmbeddingGemma, BERT-likes ...), with
+        the bundle's Matryoshka lengths; None for a generation model (a header probe)."""
+        try:
+            path = self.artifact(bundle_dir)
+        except BundleError:
+            return None
+        return self._embedding_spec(path, bundle_dir)
+
+    @staticmethod
+    def _embedding_spec(path: Path, bundle_dir: str | os.PathLike[str]) -> EmbeddingSpec | None:
+        from .gguf_header import embedding_spec
+
+        return embedding_spec(path, bundle_dir)
+
+    def _open_embedding(self, context: InferenceContext, config: StreamConfig,
+                        options: LlamaCppOptions, path: Path, spec: EmbeddingSpec) -> Session:
+        """An embedding model's session (:mod:`eliza_llamacpp.embedding`): no drafter, no
+        media, no shared batched context."""
+        from .embedding import LlamaCppEmbeddingSession
+        from .model import shared_model
+
+        if config.drafter != "none" or config.media:
+            raise UnsupportedOperationError(
+                f"{path.name} is an embedding model: it takes no drafter and no media")
+        return LlamaCppEmbeddingSession(shared_model(context, path, options), config, options,
+                                        spec, context)
 
     def _media_feeder(self, context: InferenceContext, config: StreamConfig, model: Any,
                       lane: Any) -> Any:
@@ -134,6 +168,17 @@ class LlamaCppFactory(Factory):
         from .gguf_header import projector_kinds
 
         return projector_kinds(bundle_dir)
+
+    def media_reference(self, session: Session) -> MediaReference | None:
+        """llama-cpp-python's own libmtmd path over the session's projector and weights
+        (:mod:`eliza_llamacpp.mtmd_reference`), for ``bench``."""
+        from .mtmd_reference import MtmdReference
+        from .session import LlamaCppSession
+
+        if not isinstance(session, LlamaCppSession) or session._media is None:
+            return None
+        return MtmdReference(session._model, session.config,
+                             self.parse_options(session.config), session._media.projector)
 
     def _open_batched(self, context: InferenceContext, config: StreamConfig,
                       options: LlamaCppOptions, model: Any) -> Session:
@@ -189,7 +234,10 @@ class LlamaCppFactory(Factory):
         return f"{where} (GGUF architecture {arch})" if arch else where
 
     def drafters(self, bundle_dir: str | os.PathLike[str]) -> dict[str, str]:
-        """What each drafter would use on ``bundle_dir`` (for explain / ``select --explain``)."""
+        """What each drafter would use on ``bundle_dir`` (for explain / ``select --explain``);
+        none for an embedding model (it does not generate)."""
+        if self.embedding(bundle_dir) is not None:
+            return {}
         root = Path(bundle_dir)
         out = {"ngram": "prompt lookup over the sequence itself (no model)"}
         for kind, mtp in (("model", False), ("mtp", True)):

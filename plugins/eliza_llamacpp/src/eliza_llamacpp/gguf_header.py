@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from eliza_backends import BundleError
-from eliza_backends.backend import find_artifacts
+from eliza_backends import BundleError, EmbeddingSpec
+from eliza_backends.backend import find_artifacts, matryoshka_dimensions
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)
@@ -197,6 +197,38 @@ def projector_kinds(bundle_dir: str | os.PathLike[str]) -> dict[str, str]:
     return out
 
 
-__all__ = ["MTP_ARCHITECTURES", "GGUFHeader", "check_gguf", "find_projector", "gguf_architecture",
-           "gguf_metadata", "projector_kinds"]
+#: llama.cpp's ``LLAMA_POOLING_TYPE_*`` values an embedding model may carry.
+_POOLING = {1: "mean", 2: "cls", 3: "last"}
+
+
+def embedding_spec(path: Path, bundle_dir: str | os.PathLike[str]) -> EmbeddingSpec | None:
+    """The :class:`EmbeddingSpec` of the GGUF at ``path`` when it is an embedding model (its
+    ``<arch>.pooling_type`` is mean, CLS or last), else None; a header probe. The vector length
+    is the last Dense layer's output (``dense_3_feat_out`` / ``dense_2_feat_out``) or the
+    embedding length; the Matryoshka lengths come from the bundle's ``embedding.json``."""
+    arch = gguf_architecture(path)
+    if not arch:
+        return None
+    keys = ("pooling_type", "dense_3_feat_out", "dense_2_feat_out", "embedding_length")
+    meta = gguf_metadata(path, frozenset(f"{arch}.{k}" for k in keys))
+    pooling = _POOLING.get(meta.get(f"{arch}.pooling_type", 0))
+    if pooling is None:
+        return None
+    dims = next((int(meta[f"{arch}.{k}"]) for k in keys[1:] if f"{arch}.{k}" in meta), 0)
+    if dims <= 0:
+        return None
+    return EmbeddingSpec(dimensions=dims, pooling=pooling,  # type: ignore[arg-type]
+                         matryoshka=matryoshka_dimensions(bundle_dir, dims))
+
+
+__all__ = [
+    "MTP_ARCHITECTURES",
+    "GGUFHeader",
+    "check_gguf",
+    "embedding_spec",
+    "find_projector",
+    "gguf_architecture",
+    "gguf_metadata",
+    "projector_kinds",
+]
 

@@ -9,11 +9,14 @@ Protocols only: the session imports this module, the lanes and drafters implemen
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from eliza_backends.backend import Drafter, StepScheduler
+from eliza_backends.backend import Drafter
 
 from .llama_context import Outputs
+
+if TYPE_CHECKING:  # imported by the batched path only (issue 42)
+    from eliza_backends.backend import StepScheduler
 
 R = TypeVar("R")
 

@@ -18,7 +18,13 @@ from typing import Any
 
 import llama_cpp as lc
 
-from eliza_backends import BundleError, InferenceContext, ModelInfo, SessionClosedError
+from eliza_backends import (
+    BackendRuntimeError,
+    BundleError,
+    InferenceContext,
+    ModelInfo,
+    SessionClosedError,
+)
 
 from . import model_checks, native_guard
 from .gguf_header import check_gguf
@@ -84,6 +90,21 @@ class LoadedModel:
                 n = lc.llama_token_to_piece(self.vocab, token, buf, -n, 0, False)
             cached = self._pieces[token] = buf.raw[:n]
         return cached
+
+    def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
+        """llama.cpp's tokenization of ``text`` (see ``Session._tokenize``)."""
+        data = text.encode("utf-8")
+        cap = len(data) + 8
+        buf = (lc.llama_token * cap)()
+        n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (lc.llama_token * cap)()
+            n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special,
+                                  parse_special)
+        if n < 0:
+            raise BackendRuntimeError(f"llama_tokenize failed ({n})")
+        return list(buf[:n])
 
     def control_texts(self) -> frozenset[str]:
         """Texts of the tokens ``llama_tokenize`` parses only with ``parse_special`` (a scan
@@ -220,5 +241,16 @@ def architecture(model: LoadedModel) -> str:
     return buf.value.decode("utf-8", "replace") if n >= 0 else ""
 
 
-__all__ = ["RUNTIME", "LoadedModel", "architecture", "free_model", "load_model", "shared_model",
-           "use_extra_buffers"]
+def pools(model: LoadedModel) -> bool:
+    """Whether the loaded model's metadata names a pooling type (``<arch>.pooling_type`` 1-3:
+    mean, CLS, last): an embedding model. A lookup in the loaded metadata, where the same
+    question asked of the file (:func:`~eliza_llamacpp.gguf_header.embedding_spec`) walks the
+    whole header, vocabulary included (tens of ms on a 49k vocabulary)."""
+    buf = ctypes.create_string_buffer(16)
+    key = f"{architecture(model)}.pooling_type".encode()
+    n = lc.llama_model_meta_val_str(model.ptr, key, buf, len(buf))
+    return n > 0 and buf.value.strip() in (b"1", b"2", b"3")
+
+
+__all__ = ["RUNTIME", "LoadedModel", "architecture", "free_model", "load_model", "pools",
+           "shared_model", "use_extra_buffers"]

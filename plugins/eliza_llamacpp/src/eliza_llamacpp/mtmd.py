@@ -86,6 +86,8 @@ class Projector:
         if image_max_tokens is not None:
             params.image_max_tokens = image_max_tokens
         self.path = path
+        self.threads = threads
+        self.image_max_tokens = image_max_tokens
         self.lock = threading.Lock()
         self.ctx = mt.mtmd_init_from_file(str(path).encode(), model.ptr, params)
         if not self.ctx:
@@ -102,14 +104,16 @@ class Projector:
         mt = _mtmd()
         if item.kind not in self.kinds:
             raise MediaError(f"the projector {self.path.name} has no {item.kind} encoder")
-        data = item.data
+        # the item's own (read-only, C-contiguous) array: libmtmd copies it into the bitmap
+        data = np.ascontiguousarray(item.data)
         if item.kind == "image":
             h, w, _ = data.shape
-            buf = (ctypes.c_uint8 * data.size).from_buffer_copy(data.tobytes())
-            bitmap = mt.mtmd_bitmap_init(w, h, buf)
+            bitmap = mt.mtmd_bitmap_init(w, h, data.ctypes.data_as(
+                ctypes.POINTER(ctypes.c_uint8)))
         else:
-            buf = (ctypes.c_float * len(data)).from_buffer_copy(data.tobytes())
-            bitmap = mt.mtmd_bitmap_init_from_audio(len(data), buf)
+            data = np.ascontiguousarray(data, dtype=np.float32)
+            bitmap = mt.mtmd_bitmap_init_from_audio(len(data), data.ctypes.data_as(
+                ctypes.POINTER(ctypes.c_float)))
         if not bitmap:
             raise BackendRuntimeError(f"libmtmd could not take {item!r}")
         chunks = mt.mtmd_input_chunks_init()

@@ -33,7 +33,6 @@ Threads: :func:`contained` may be called from any thread; each call gets its own
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import sys
 import threading
@@ -135,11 +134,18 @@ def _on_terminate() -> None:
     os.abort()
 
 
+def _find_library(name: str) -> str | None:
+    import ctypes.util
+
+    return ctypes.util.find_library(name)
+
+
 def _libstdcxx() -> Any:
-    # the usual sonames first: find_library runs ldconfig or a compiler (tens of ms)
+    # the usual sonames first: find_library runs ldconfig or a compiler (tens of ms), and
+    # ctypes.util imports subprocess (and locale): only when they are not found
     names: list[Callable[[], str | None]] = [
         lambda: "libstdc++.so.6", lambda: "libc++.1.dylib",
-        lambda: ctypes.util.find_library("stdc++"), lambda: ctypes.util.find_library("c++")]
+        lambda: _find_library("stdc++"), lambda: _find_library("c++")]
     for name_of in names:
         name = name_of()
         if not name:

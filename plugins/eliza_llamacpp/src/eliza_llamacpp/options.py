@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from eliza_backends.backend import Field, FrozenModel
 
 
-class LlamaCppOptions(BaseModel):
+class LlamaCppOptions(FrozenModel):
     """``StreamConfig.options["llama.cpp"]``."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     artifact: str | None = Field(None, description="GGUF file name under text/ (default: first).")
     n_gpu_layers: int = Field(0, ge=-1, description="Layers to offload to a GPU build; -1 = all.")
@@ -52,9 +50,8 @@ class LlamaCppOptions(BaseModel):
         "Q4_0 weights.")
 
 
-    @model_validator(mode="after")
-    def _quantized_cache_needs_flash_attention(self) -> LlamaCppOptions:
+    def check(self) -> None:
+        """A quantized KV cache needs flash attention."""
         if self.kv_cache_type == "q8_0" and self.flash_attention == "off":
             raise ValueError("kv_cache_type 'q8_0' needs flash_attention 'on' or 'auto' "
                              "(llama.cpp quantizes the V cache only with flash attention)")
-        return self

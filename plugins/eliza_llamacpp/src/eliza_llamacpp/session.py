@@ -30,13 +30,12 @@ import contextlib
 import ctypes
 import struct
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import llama_cpp as lc
 import numpy as np
 
 from eliza_backends import (
-    BackendRuntimeError,
     CancelledError,
     Capabilities,
     Decoded,
@@ -53,7 +52,6 @@ from eliza_backends.backend import (
     MediaItem,
     MediaTokens,
     Sampler,
-    StepScheduler,
     accept_greedy,
     accept_sampled,
 )
@@ -61,6 +59,9 @@ from eliza_backends.backend import (
 from .lane import Lane, TargetLinkedDrafter
 from .model import LoadedModel
 from .mtmd import MediaFeeder
+
+if TYPE_CHECKING:  # the step scheduler is imported by the batched path only (issue 42)
+    from eliza_backends.backend import StepScheduler
 
 #: ``llama_token_data`` as a numpy record (id, logit, p), for sampling a saved logits row.
 _TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
@@ -205,9 +206,12 @@ class LlamaCppSession(Session):
         return None if self._lane.keeps_logits else self._row(last_row).copy()
 
     def _row(self, i: int) -> np.ndarray:
-        """Output row ``i`` of the last decode (a view; -1: its last row)."""
-        return np.ctypeslib.as_array(lc.llama_get_logits_ith(self._lane.ctx, i),
-                                     shape=(self.vocab_size,))
+        """Output row ``i`` of the last decode (a view; -1: its last row). Made with
+        ``np.frombuffer`` on a ctypes array at the row's address, as ``np.ctypeslib.as_array``
+        makes it, without importing ``numpy.ctypeslib`` on the first token's path."""
+        row = lc.llama_get_logits_ith(self._lane.ctx, i)
+        floats = (ctypes.c_float * self.vocab_size).from_address(ctypes.addressof(row.contents))
+        return np.frombuffer(memoryview(floats), dtype=np.float32)
 
     def _decode(self, max_tokens: int) -> Decoded:
         out = self._decode_tokens(max_tokens)
@@ -391,18 +395,7 @@ class LlamaCppSession(Session):
         return self._model.piece(token_id)
 
     def _tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
-        data = text.encode("utf-8")
-        vocab = self._model.vocab
-        cap = len(data) + 8
-        buf = (lc.llama_token * cap)()
-        n = lc.llama_tokenize(vocab, data, len(data), buf, cap, add_special, parse_special)
-        if n < 0:
-            cap = -n
-            buf = (lc.llama_token * cap)()
-            n = lc.llama_tokenize(vocab, data, len(data), buf, cap, add_special, parse_special)
-        if n < 0:
-            raise BackendRuntimeError(f"llama_tokenize failed ({n})")
-        return list(buf[:n])
+        return self._model.tokenize(text, add_special, parse_special)
 
     # ------------------------------------------------------------------ slots
 

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import llama_cpp as lc
 
 from eliza_backends import BackendRuntimeError, CancelledError, StreamConfig
-from eliza_backends.backend import StepScheduler
+
+if TYPE_CHECKING:  # imported by the batched path only (issue 42)
+    from eliza_backends.backend import StepScheduler
 
 from .lane import TargetLinkedDrafter
 from .llama_context import Outputs, fill_batch, load_seq, new_context, one_token_batch, save_seq

@@ -114,16 +114,18 @@ class MLXFactory(Factory):
         return f"{where} (model_type {kind})" if isinstance(kind, str) else where
 
     def media(self, bundle_dir: str | os.PathLike[str]) -> dict[str, str]:
-        """The kinds a multimodal Gemma 4 MLX folder's towers take (its config.json), through
-        mlx-vlm when it is installed; none otherwise (no load, nothing imported)."""
+        """The kinds a multimodal Gemma 4 (or Gemma 4 Unified) MLX folder takes (its
+        config.json), through mlx-vlm when it is installed; none otherwise (no load, nothing
+        imported)."""
         from .probe import multimodal_kinds
 
         folders = find_artifacts(bundle_dir, MLX_FORMATS)
         if not folders or importlib.util.find_spec("mlx_vlm") is None:
             return {}
         where = folders[0].relative_to(bundle_dir).as_posix()
-        tower = {"image": "vision tower", "audio": "audio tower"}
-        return {kind: f"{where} {tower[kind]} (mlx-vlm)"
+        # Gemma 4's towers, or Gemma 4 Unified's raw-patch / raw-frame projections
+        part = {"image": "vision input", "audio": "audio input"}
+        return {kind: f"{where} {part[kind]} (mlx-vlm)"
                 for kind in sorted(multimodal_kinds(folders[0]))}
 
     def cannot_serve_reason(self, bundle_dir: str | os.PathLike[str]) -> str:

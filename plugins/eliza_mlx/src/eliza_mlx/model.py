@@ -148,8 +148,22 @@ def new_prompt_cache(model: Any, speculative: bool) -> list[Any]:
     cache = make_prompt_cache(model)
     if not speculative:
         return cache
-    return [KVCache() if type(c) is RotatingKVCache and getattr(c, "keep", 0) == 0  # type: ignore[no-untyped-call,unused-ignore]
-            else c for c in cache]
+    return [_full_length(c) for c in cache]
+
+
+def _full_length(cache: Any) -> Any:
+    """A ring buffer without kept tokens (mlx-lm's ``RotatingKVCache``, or mlx-vlm's class of
+    that name for a multimodal folder) as its library's full-length ``KVCache``; others as
+    they are."""
+    if type(cache) is RotatingKVCache and getattr(cache, "keep", 0) == 0:
+        return KVCache()  # type: ignore[no-untyped-call,unused-ignore]
+    if type(cache).__name__ == "RotatingKVCache" and getattr(cache, "keep", 0) == 0:
+        import sys
+
+        full = getattr(sys.modules[type(cache).__module__], "KVCache", None)
+        if full is not None:
+            return full()
+    return cache
 
 
 @runtime_checkable

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from eliza_backends.backend import Field, FrozenModel
 
 
-class MLXOptions(BaseModel):
+class MLXOptions(FrozenModel):
     """``StreamConfig.options["mlx-coreml"]`` (also accepted under ``mlx`` / ``coreml``)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     engine: Literal["auto", "mlx", "coreml"] = Field(
         "auto", description="auto: the MLX folder when mlx runs here, else Core ML (macOS); "

@@ -250,11 +250,14 @@ def check_mlx_folder(path: Path) -> MLXFolder:
 
 #: The model types whose vision and audio towers this plugin runs through mlx-vlm (``vlm.py``
 #: implements Gemma 4's processor and mask): a runtime fact, as a table.
-MLX_VLM_MODEL_TYPES = frozenset({"gemma4"})
+MLX_VLM_MODEL_TYPES = frozenset({"gemma4", "gemma4_unified"})
 
 #: MTP assistants (``model_type``) mlx-vlm drafts with, each with the mlx-lm target model types
 #: whose hidden states and KV cache it reads.
-MTP_ASSISTANTS: dict[str, frozenset[str]] = {"gemma4_assistant": frozenset({"gemma4_text"})}
+MTP_ASSISTANTS: dict[str, frozenset[str]] = {
+    "gemma4_assistant": frozenset({"gemma4_text"}),
+    "gemma4_unified_assistant": frozenset({"gemma4_unified"}),
+}
 
 
 def check_mtp_assistant(assistant: MLXFolder, target: MLXFolder) -> None:
@@ -273,7 +276,9 @@ def check_mtp_assistant(assistant: MLXFolder, target: MLXFolder) -> None:
         raise BundleError(f"assistant {name} has {assistant.vocab_size} tokens, the target "
                           f"{target.vocab_size}: it belongs to another model")
     backbone = assistant.config.get("backbone_hidden_size")
-    hidden = _positive_int(target.config, "hidden_size", target.path / "config.json")
+    text = target.config.get("text_config")  # a multimodal folder nests its text model's
+    hidden = _positive_int(text if isinstance(text, dict) else target.config, "hidden_size",
+                           target.path / "config.json")
     if backbone != hidden:
         raise BundleError(f"assistant {name} reads hidden states of width {backbone}, the "
                           f"target {target.path.name} has {hidden}: it belongs to another model")

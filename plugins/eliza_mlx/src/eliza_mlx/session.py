@@ -216,7 +216,10 @@ class MLXSession(TokenizerHooks, Session):
     @on_mlx_thread
     def _media_tokens(self, item: MediaItem) -> MediaTokens:
         with mx.stream(COMPUTE_STREAM):
-            begin, soft, count, end, prepared = self._model.media_tokens(item.kind, item.data)
+            # the loaded model itself: with the MTP drafter self._model is its target_forward
+            # (media rows are never staged; a draft after them reads the next text pass's)
+            begin, soft, count, end, prepared = self._loaded.model.media_tokens(item.kind,
+                                                                                item.data)
         return MediaTokens(before=(begin,), placeholder=soft, count=count, after=(end,),
                            handle=prepared)
 
@@ -235,7 +238,7 @@ class MLXSession(TokenizerHooks, Session):
                     self._n_kv += 1
                     self._pending = None
                 self._raise_if_cancelled()
-                self._model.prefill_embeddings(tokens.handle, self._cache)
+                self._loaded.model.prefill_embeddings(tokens.handle, self._cache)
                 self._n_kv += tokens.count
                 self._logits = self._y = None  # the end marker's prefill samples next
         except BaseException:

@@ -1,4 +1,5 @@
-"""Multimodal MLX folders (Gemma 4 with a vision and/or audio tower) through mlx-vlm.
+"""Multimodal MLX folders (Gemma 4 with a vision and/or audio tower, Gemma 4 Unified with its
+raw-patch / raw-frame projections) through mlx-vlm.
 
 :func:`load_vlm` loads such a folder with mlx-vlm and wraps it in :class:`VLMModel`, which the
 session drives as it drives an mlx-lm model (``model(ids[None], cache=cache)`` -> logits,
@@ -56,6 +57,11 @@ class VLMModel:
         text = self.language.model
         text._make_masks = functools.partial(_reference_masks, text, text._make_masks)
 
+    @property
+    def language_model(self) -> Any:
+        """mlx-vlm's language model (what the MTP assistant binds to and reads)."""
+        return self.language
+
     def __call__(self, inputs: Any, cache: Any = None, **kwargs: Any) -> Any:
         return self.language(inputs, cache=cache, **kwargs).logits
 
@@ -64,12 +70,21 @@ class VLMModel:
 
     # ------------------------------------------------------------------ media
     def kinds(self) -> frozenset[str]:
+        # Gemma 4: towers; Gemma 4 Unified: the raw-patch embedder and the audio projection
         kinds = set()
-        if getattr(self.vlm, "vision_tower", None) is not None:
+        if any(getattr(self.vlm, a, None) is not None for a in ("vision_tower",
+                                                                 "vision_embedder")):
             kinds.add("image")
-        if getattr(self.vlm, "audio_tower", None) is not None:
+        if getattr(self.vlm, "audio_tower", None) is not None or (
+                getattr(self.vlm, "vision_embedder", None) is not None
+                and getattr(self.vlm, "embed_audio", None) is not None):
             kinds.add("audio")
         return frozenset(kinds)
+
+    @property
+    def unified(self) -> bool:
+        """Whether the model is a Gemma 4 Unified (raw patches / frames, no encoders)."""
+        return hasattr(self.vlm, "vision_embedder")
 
     def encode(self, kind: str, data: Any) -> Any:
         """Projected features ``[n, hidden]`` of an RGB image / 16 kHz PCM (evaluated)."""
@@ -80,15 +95,23 @@ class VLMModel:
             from PIL import Image
 
             pv, _ = self.processor.image_processor([Image.fromarray(np.asarray(data))])
-            feats = vlm.embed_vision(vlm.vision_tower(mx.array(pv["pixel_values"])))[0]
+            pixels = mx.array(np.asarray(pv["pixel_values"], dtype=np.float32))
+            if self.unified:
+                feats = vlm.get_image_features(pixels,
+                                               mx.array(np.asarray(pv["image_position_ids"])))
+            else:
+                feats = vlm.embed_vision(vlm.vision_tower(pixels))[0]
         else:
             fe = self.processor.feature_extractor([np.asarray(data, dtype=np.float32)],
                                                   sampling_rate=16000, return_tensors="np")
             mask = mx.array(np.asarray(fe["input_features_mask"]))
-            enc, pad = vlm.audio_tower(mx.array(np.asarray(fe["input_features"],
-                                                           dtype=np.float32)), ~mask)
-            valid = int((~pad[0]).sum().item())  # padding sits at the end
-            feats = vlm.embed_audio(enc)[0][:valid]
+            features = mx.array(np.asarray(fe["input_features"], dtype=np.float32))
+            if self.unified:
+                feats = vlm.get_audio_features(features, mask)
+            else:
+                enc, pad = vlm.audio_tower(features, ~mask)
+                valid = int((~pad[0]).sum().item())  # padding sits at the end
+                feats = vlm.embed_audio(enc)[0][:valid]
         mx.eval(feats)
         return feats
 
@@ -147,15 +170,29 @@ def _reference_masks(text: Any, original: Any, h: Any, cache: Any,
     return masks
 
 
+#: config.json model_type -> (mlx-vlm module, processor class) of the processor it is loaded
+#: with (its own processor_config.json read, max_soft_tokens included)
+PROCESSORS = {
+    "gemma4": ("mlx_vlm.models.gemma4.processing_gemma4", "Gemma4Processor"),
+    "gemma4_unified": ("mlx_vlm.models.gemma4_unified.processing_gemma4_unified",
+                       "Gemma4UnifiedProcessor"),
+}
+
+
 def load_vlm(folder: Path, token_ids: dict[str, int]) -> VLMModel:
-    """mlx-vlm's model and Gemma 4 processor for ``folder`` (raises what mlx-vlm raises)."""
-    from mlx_vlm.models.gemma4.processing_gemma4 import Gemma4Processor
+    """mlx-vlm's model and its Gemma 4 (or Gemma 4 Unified) processor for ``folder`` (raises
+    what mlx-vlm raises)."""
+    import importlib
+    import json
+
     from mlx_vlm.utils import load_model
 
+    model_type = json.loads((folder / "config.json").read_text(encoding="utf-8"))["model_type"]
+    module, cls = PROCESSORS[model_type]
     model = load_model(folder)
-    processor = Gemma4Processor.from_pretrained(str(folder))  # type: ignore[no-untyped-call,unused-ignore]
+    processor = getattr(importlib.import_module(module), cls).from_pretrained(str(folder))
     return VLMModel(model, processor, token_ids,
                     max_audio_tokens=int(getattr(processor, "audio_seq_length", 750)))
 
 
-__all__ = ["MARKERS", "Prepared", "VLMModel", "load_vlm", "multimodal_kinds"]
+__all__ = ["MARKERS", "PROCESSORS", "Prepared", "VLMModel", "load_vlm", "multimodal_kinds"]

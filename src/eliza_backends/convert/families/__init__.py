@@ -41,7 +41,8 @@ MLX
     out (None: mlx-lm's, from the float32 text folder).
 Media
     ``media_kinds(config) -> ("image", "audio")``: what ``--verify`` also checks with an image
-    / audio prompt (:mod:`..verify_media`).
+    / audio prompt (:mod:`..verify_media`), against ``media_reference(source, kind, data,
+    question, n_tokens) -> {"ids", "reference_ids"}`` (transformers float32 on the source).
 LiteRT
     ``litert_source(hf_dir, out) -> Path`` the folder litert-torch's ``export_hf`` converts
     (``hf_dir`` itself, or a variant written at ``out``); ``litert_flags`` (extra export
@@ -55,7 +56,8 @@ Drafts
 
 Each ``model_type`` and each architecture belongs to one family (checked by
 tests/test_convert.py). Gemma 4 with towers is the ``gemma4`` family's (a projector run and
-an mlx-vlm folder, above); Gemma 4 Unified is one more module. Not in the contract yet: a
+an mlx-vlm folder, above); Gemma 4 Unified is one more module (a subclass of Gemma 4's
+adapter: other names, its own media reference, no LiteRT / Core ML). Not in the contract yet: a
 multimodal ``.litertlm`` (litert-torch 0.10 exports one only at E2B's tower widths).
 
 Adapters are stateless singletons (safe from any thread); they import heavy tools (torch,
@@ -71,7 +73,7 @@ from pathlib import Path
 
 from ...errors import BundleError
 from ..facts import ModelFacts
-from . import gemma3, gemma4, llama
+from . import gemma3, gemma4, gemma4_unified, llama
 from .base import ModelFamily
 
 #: every family, in the order errors list them
@@ -79,6 +81,7 @@ FAMILIES: tuple[ModelFamily, ...] = (
     llama.FAMILY,
     gemma3.FAMILY,
     gemma4.FAMILY,
+    gemma4_unified.FAMILY,
 )
 
 

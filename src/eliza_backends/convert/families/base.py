@@ -144,6 +144,14 @@ class ModelFamily:
         ``--verify`` checks with an image / audio prompt; none here."""
         return ()
 
+    def media_reference(self, source: Path, kind: str, data: Any, question: str,
+                        n_tokens: int) -> dict[str, Any]:
+        """transformers float32 on the source folder for ``--verify``'s one-item media prompt
+        (``data``: RGB uint8 (H, W, 3) / float32 16 kHz PCM): {"ids": the prompt ids,
+        "reference_ids": ``n_tokens`` greedy ids}; only families with :meth:`media_kinds`."""
+        raise BundleError(f"{self.architecture}: no media reference (the family takes no "
+                          "media)")
+
     def projector_runs(self, config: dict[str, Any]) -> tuple[tuple[str, tuple[str, ...]], ...]:
         """(file name in the ``hf`` stage, extra ``convert_hf_to_gguf.py`` arguments) of each
         multimodal projector GGUF llama.cpp's converter writes from a source folder with

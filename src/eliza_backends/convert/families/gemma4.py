@@ -35,6 +35,9 @@ from .base import ModelFamily
 #: Hugging Face ``model_type`` -> class, for the targets the converter takes
 TARGET_TYPES = {"gemma4_text": "Gemma4ForCausalLM", "gemma4": "Gemma4ForConditionalGeneration"}
 ASSISTANT_TYPE = "gemma4_assistant"
+#: the model types whose config nests the text model's under ``text_config`` and whose
+#: weights keep it under ``model.language_model.`` (Gemma 4 with towers, Gemma 4 Unified)
+NESTED_TYPES = ("gemma4", "gemma4_unified")
 #: where a Gemma4ForConditionalGeneration keeps its text model's weights
 _NESTED = "model.language_model."
 #: extra flags litert-torch's export_hf needs for Gemma 4 (one KV cache tensor per layer, as
@@ -49,11 +52,12 @@ def text_config(config: dict[str, Any]) -> dict[str, Any]:
     """The text model's ``config.json`` (a ``Gemma4ForCausalLM``'s) from a target's config,
     with ``global_head_dim`` and ``use_double_wide_mlp`` at the top level (mlx-lm defaults
     them to 512 and to the model size's choice), float32."""
-    nested = config.get("model_type") == "gemma4"
+    nested = config.get("model_type") in NESTED_TYPES
     text = dict(config.get("text_config") or {}) if nested else dict(config)
     if nested:
         if not text:
-            raise BundleError("a gemma4 config.json without text_config: no text model")
+            raise BundleError(f"a {config.get('model_type')} config.json without text_config: "
+                              "no text model")
         for key in ("bos_token_id", "eos_token_id", "pad_token_id", "tie_word_embeddings"):
             if text.get(key) is None and config.get(key) is not None:
                 text[key] = config[key]
@@ -79,7 +83,7 @@ def _full_head_dim(text: dict[str, Any]) -> int:
 
 def text_tensor_name(config: dict[str, Any], key: str) -> str | None:
     """The ``Gemma4ForCausalLM`` name of a checkpoint tensor (None: not the text model's)."""
-    if config.get("model_type") != "gemma4":
+    if config.get("model_type") not in NESTED_TYPES:
         return key
     if key.startswith(_NESTED):
         return "model." + key[len(_NESTED):]
@@ -188,9 +192,11 @@ def _json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def write_text_folder(source: HFFolder, out: Path) -> None:
+def write_text_folder(source: HFFolder, out: Path,
+                      config: dict[str, Any] | None = None) -> None:
     """``out``: the text model as a float32 ``Gemma4ForCausalLM`` folder (see the module
-    docstring); the tensors keep their values exactly (float16/bfloat16 widen exactly)."""
+    docstring), or with ``config`` as its ``config.json`` (another family's text class); the
+    tensors keep their values exactly (float16/bfloat16 widen exactly)."""
     from safetensors.numpy import save_file
 
     out.mkdir(parents=True, exist_ok=True)
@@ -203,25 +209,27 @@ def write_text_folder(source: HFFolder, out: Path) -> None:
         raise BundleError(f"{source.path}: no text model weights (model.embed_tokens / "
                           "model.language_model.embed_tokens)")
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
-    (out / "config.json").write_text(json.dumps(text_config(source.config), indent=2,
-                                                sort_keys=True) + "\n")
+    (out / "config.json").write_text(json.dumps(config or text_config(source.config),
+                                                indent=2, sort_keys=True) + "\n")
     for name in _TOKENIZER_FILES:
         if (source.path / name).is_file():
             shutil.copy2(source.path / name, out / name)
 
 
-def check_assistant(folder: Path, facts: ModelFacts) -> dict[str, Any]:
+def check_assistant(folder: Path, facts: ModelFacts, assistant_type: str = ASSISTANT_TYPE,
+                    architecture: str = "gemma4") -> dict[str, Any]:
     """The assistant folder's ``config.json`` after checking it drafts for ``facts``' model:
-    a ``gemma4_assistant`` whose ``backbone_hidden_size`` is the target's hidden size and
-    whose vocabulary is the target's; :class:`BundleError` otherwise."""
+    an ``assistant_type`` whose ``backbone_hidden_size`` is the target's hidden size and
+    whose vocabulary is the target's, for a target of ``architecture``; :class:`BundleError`
+    otherwise."""
     cfg = _json(folder / "config.json")
-    if cfg.get("model_type") != ASSISTANT_TYPE:
+    if cfg.get("model_type") != assistant_type:
         raise BundleError(f"{folder}: --draft takes a Gemma 4 assistant folder (model_type "
-                          f"{ASSISTANT_TYPE!r}), this is {cfg.get('model_type')!r}; standalone "
+                          f"{assistant_type!r}), this is {cfg.get('model_type')!r}; standalone "
                           "draft models go in with `bundle create --draft`")
-    if facts.architecture != "gemma4":
-        raise BundleError(f"{folder} is a Gemma 4 assistant but the target is "
-                          f"{facts.architecture}: it drafts for a Gemma 4 target only")
+    if facts.architecture != architecture:
+        raise BundleError(f"{folder} is a {assistant_type} but the target is "
+                          f"{facts.architecture}: it drafts for a {architecture} target only")
     backbone = cfg.get("backbone_hidden_size")
     vocab = (cfg.get("text_config") or {}).get("vocab_size", cfg.get("vocab_size"))
     if backbone != facts.hidden_size or vocab != facts.vocab_size:
@@ -322,6 +330,12 @@ class Gemma4(ModelFamily):
         kind = {"vision_config": "image", "audio_config": "audio"}
         return tuple(kind[t] for t in media_towers(config))
 
+    def media_reference(self, source: Path, kind: str, data: Any, question: str,
+                        n_tokens: int) -> dict[str, Any]:
+        from .gemma4_media import gemma4_reference
+
+        return gemma4_reference(source, kind, data, question, n_tokens)
+
     def projector_runs(self, config: dict[str, Any]) -> tuple[tuple[str, tuple[str, ...]], ...]:
         return (("mmproj-f32.gguf", ("--mmproj",)),) if media_towers(config) else ()
 
@@ -354,6 +368,6 @@ class Gemma4(ModelFamily):
 FAMILY = Gemma4()
 
 __all__ = ["ASSISTANT_TYPE", "FAMILY", "LITERT_EXPORT_FLAGS", "MLX_VLM_TEXT_FIELDS",
-           "TARGET_TYPES", "Gemma4", "check_assistant", "litert_source", "media_towers",
-           "mlx_expected", "model_facts", "text_config", "text_tensor_name", "tokenizer_facts",
-           "write_mlx_assistant", "write_text_folder"]
+           "NESTED_TYPES", "TARGET_TYPES", "Gemma4", "check_assistant", "litert_source",
+           "media_towers", "mlx_expected", "model_facts", "text_config", "text_tensor_name",
+           "tokenizer_facts", "write_mlx_assistant", "write_text_folder"]

@@ -33,7 +33,11 @@ SUFFIX = ".echo"
 
 
 class EchoOptions(BaseModel):
-    """``StreamConfig.options["echo"]``: validated by :meth:`Factory.parse_options`."""
+    """``StreamConfig.options["echo"]``: validated by :meth:`Factory.parse_options`.
+
+    A pydantic model, as any plugin may write one; the in-tree plugins declare theirs on
+    ``eliza_backends.backend.FrozenModel`` the same way, which opens a stream without
+    importing pydantic."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

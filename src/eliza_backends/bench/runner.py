@@ -35,12 +35,15 @@ METRICS = ("load_s", "ttft_s", "prefill_tps", "decode_tps", "acceptance", "peak_
 
 
 def run_worker(bundle: str, backend: str, prompt_tokens: int, gen_tokens: int,
-               config: dict[str, Any],
-               progress: ProgressCallback | None = None) -> dict[str, Any]:
+               config: dict[str, Any], progress: ProgressCallback | None = None, *,
+               media_rounds: int = 0,
+               media_files: dict[str, str] | None = None) -> dict[str, Any]:
     """One measurement in this process (the driver runs it in a fresh one). ``progress`` is
     told each stage, and every 16 decoded tokens (one short stderr write in the worker: well
-    under 0.1% of the decode time it measures)."""
-    from .stream import open_stream
+    under 0.1% of the decode time it measures). ``media_rounds`` > 0 and a session that takes
+    media: then also the media prefills of :mod:`eliza_backends.bench.media` (``media_files``:
+    kind -> file), in the result's ``"media"``."""
+    from ..stream import open_stream
 
     report = progress or (lambda stage, done, total: None)
     report("load", 0, 1)
@@ -68,14 +71,29 @@ def run_worker(bundle: str, backend: str, prompt_tokens: int, gen_tokens: int,
         t_end = time.perf_counter()
         m = stream.metrics
         decode_tps = (n - 1) / (t_end - first) if first is not None and n > 1 else 0.0
+        media = None
+        if media_rounds > 0 and stream.session.capabilities.media:
+            report("media", 0, 1)
+            media = _measure_media(stream, bundle, media_rounds, media_files)
         return {
             "backend": stream.backend, "load_s": load,
             "ttft_s": m.time_to_first_token, "prefill_tps": m.prefill_tokens_per_second,
             "decode_tps": decode_tps, "tokens": n, "drafted": m.drafted,
             "accepted": m.accepted, "acceptance": m.acceptance_rate,
             "decode_wall_s": t_end - t_decode,
-            "peak_rss_mb": peak_rss_mb(),
+            "peak_rss_mb": peak_rss_mb(), "media": media,
         }
+
+
+def _measure_media(stream: Any, bundle: str, rounds: int,
+                   files: dict[str, str] | None) -> dict[str, Any]:
+    from ..registry import default_registry
+    from .media import measure_media, media_samples
+
+    factory = default_registry().get(stream.backend)
+    assert factory is not None  # (it opened the stream)
+    samples = media_samples(bundle, stream.session.capabilities.media, files)
+    return measure_media(stream, factory, samples, rounds)
 
 
 def peak_rss_mb() -> float:
@@ -111,11 +129,20 @@ class BenchReport:
         return {backend: {key: summarize(r.get(key) for r in runs) for key in METRICS}
                 for backend, runs in self.runs.items()}
 
+    def media_summary(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """Per backend that measured media, per kind: see
+        :func:`eliza_backends.bench.media.media_summary`."""
+        from .media import media_summary
+
+        out = {backend: media_summary(runs) for backend, runs in self.runs.items()}
+        return {backend: kinds for backend, kinds in out.items() if kinds}
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {"bundle": self.bundle, "prompt_tokens": self.prompt_tokens,
                 "gen_tokens": self.gen_tokens, "repeat": self.repeat, "config": self.config,
-                "summary": self.summary(), "runs": self.runs, "errors": self.errors}
+                "summary": self.summary(), "media": self.media_summary(), "runs": self.runs,
+                "errors": self.errors}
 
     def table(self) -> str:
         """A plain-text table of the summaries."""
@@ -128,7 +155,33 @@ class BenchReport:
                          cell(s["peak_rss_mb"], 1.0, ".0f"),
                          cell(s["acceptance"], 100, ".0f") + ("%" if s["acceptance"] else "")])
         rows += [[b, f"error: {e}", "", "", "", "", ""] for b, e in self.errors.items()]
-        return format_table(head, rows)
+        media = self.media_table()
+        return format_table(head, rows) + (f"\n\n{media}" if media else "")
+
+    def media_table(self) -> str:
+        """The media prefills (medians over every round; "" when none was measured): the
+        seam's wall and CPU ms, the direct reference's, the ratios seam / reference."""
+        head = ["backend", "media", "seam ms", "seam CPU ms", "first token ms", "direct ms",
+                "direct CPU ms", "ratio", "CPU ratio", "load"]
+        rows, names = [], set()
+        for backend, kinds in self.media_summary().items():
+            for kind, r in kinds.items():
+                names.add(r.get("reference") or "")
+                ms = {k: f"{r[k] * 1000:.1f}" if k in r else "-" for k in (
+                    "seam_wall_s", "seam_cpu_s", "first_token_s", "reference_wall_s",
+                    "reference_cpu_s")}
+                agree = "" if r.get("positions_agree", True) else " (positions differ!)"
+                rows.append([backend, f"{kind} ({r['file']}, {r['positions']} pos){agree}",
+                             ms["seam_wall_s"], ms["seam_cpu_s"], ms["first_token_s"],
+                             ms["reference_wall_s"], ms["reference_cpu_s"],
+                             f"{r['ratio_wall']:.3f}" if "ratio_wall" in r else "-",
+                             f"{r['ratio_cpu']:.3f}" if "ratio_cpu" in r else "-",
+                             f"{r['load'][0]:.1f}-{r['load'][1]:.1f}"])
+        if not rows:
+            return ""
+        direct = ", ".join(sorted(n for n in names if n)) or "none"
+        return (f"media prefill (direct: {direct}; load: 1-minute load average)\n"
+                + format_table(head, rows))
 
 
 def summarize(values: Iterable[float | None]) -> dict[str, float] | None:
@@ -222,8 +275,11 @@ def _progress(done: int, total: int, label: str, out: TextIO) -> None:
 
 def bench(bundle: str, backends: Sequence[str], *, prompt_tokens: int = 128,
           gen_tokens: int = 128, repeat: int = 3, config: dict[str, Any] | None = None,
-          progress: TextIO | None = sys.stderr, timeout: float = 1800) -> BenchReport:
-    """Measure ``backends`` on ``bundle``, interleaved, each run in a fresh process."""
+          progress: TextIO | None = sys.stderr, timeout: float = 1800, media_rounds: int = 5,
+          media_files: dict[str, str] | None = None) -> BenchReport:
+    """Measure ``backends`` on ``bundle``, interleaved, each run in a fresh process; where a
+    backend's session takes media, also ``media_rounds`` media prefills per run (0: none;
+    see :mod:`eliza_backends.bench.media`)."""
     cfg = dict(config or {})
     report = BenchReport(bundle, prompt_tokens, gen_tokens, repeat, cfg)
     total, done = repeat * len(backends), 0
@@ -236,7 +292,8 @@ def bench(bundle: str, backends: Sequence[str], *, prompt_tokens: int = 128,
                 _progress(done, total, backend, progress)
             args = json.dumps({"bundle": bundle, "backend": backend,
                                "prompt_tokens": prompt_tokens, "gen_tokens": gen_tokens,
-                               "config": cfg})
+                               "config": cfg, "media_rounds": media_rounds,
+                               "media_files": media_files})
             def within(stage: str, n: int, of: int, run: int = done,
                        name: str = backend) -> None:
                 assert progress is not None
@@ -256,8 +313,8 @@ def bench(bundle: str, backends: Sequence[str], *, prompt_tokens: int = 128,
     return report
 
 
-def _worker_main(argv: Sequence[str]) -> int:
-    from .errors import ElizaError
+def worker_main(argv: Sequence[str]) -> int:
+    from ..errors import ElizaError
 
     spec = json.loads(argv[0])
 
@@ -268,7 +325,9 @@ def _worker_main(argv: Sequence[str]) -> int:
 
     try:
         result = run_worker(spec["bundle"], spec["backend"], spec["prompt_tokens"],
-                            spec["gen_tokens"], spec["config"], report)
+                            spec["gen_tokens"], spec["config"], report,
+                            media_rounds=spec.get("media_rounds", 0),
+                            media_files=spec.get("media_files"))
     except ElizaError as exc:
         print(f"{exc}", file=sys.stderr)
         return 1
@@ -276,9 +335,5 @@ def _worker_main(argv: Sequence[str]) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(_worker_main(sys.argv[1:]))
-
-
 __all__ = ["PROGRESS_MARK", "BenchReport", "ProgressCallback", "bench", "cell", "format_table",
-           "peak_rss_mb", "run_worker", "spawn_worker", "summarize"]
+           "peak_rss_mb", "run_worker", "spawn_worker", "summarize", "worker_main"]
