@@ -376,6 +376,12 @@ class SharedLane:
         with engine.scheduler.exclusive():
             return int(lc.llama_memory_seq_pos_max(engine.mem, self.seq))
 
+    def pos_min(self) -> int:
+        """See :meth:`eliza_llamacpp.lane.Lane.pos_min`."""
+        engine = self.engine
+        with engine.scheduler.exclusive():
+            return int(lc.llama_memory_seq_pos_min(engine.mem, self.seq))
+
     def save(self) -> bytes:
         """See :meth:`eliza_llamacpp.lane.Lane.save`."""
         engine = self.engine
@@ -383,7 +389,7 @@ class SharedLane:
             state = save_seq(engine.ctx, self.seq)
         return to_one_stream(state, engine.slot_streams, self.seq)
 
-    def load(self, state: bytes, tokens: Sequence[int]) -> bool:
+    def load(self, state: bytes | memoryview, tokens: Sequence[int]) -> bool:
         """See :meth:`eliza_llamacpp.lane.Lane.load`."""
         engine, seq = self.engine, self.seq
         with engine.scheduler.exclusive():
