@@ -6,9 +6,10 @@ f32 weights, vec_dot for 1; flash attention tiled from 64 rows of one sequence, 
 cells for one row alone), so a row beside other sequences' rows rounds differently. On
 gemma4-mm-tiny (f32, 32-token sliding window) that flips a near-tie (0.0009 nats apart) in one
 of three ~300-token prompts decoded together, in every run measured
-(benchmarks/swa_batching_repro.py). The default, one sequence per ``llama_decode``
-(``batch_invariant``), gives every sequence its solo kernels; the steps shared by several
-sequences are the opt-in (``batch_invariant=False``, tests/test_batching.py).
+(benchmarks/swa_batching_repro.py). One sequence per ``llama_decode`` (``batch_invariant``,
+the default for such weights) gives every sequence its solo kernels; the steps shared by
+several sequences are the default for the other quantized types (vec_dot at every size) and
+the opt-in elsewhere (``batch_invariant=False``, tests/test_batching.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -106,6 +108,39 @@ def test_the_default_copies_only_whole_batches_of_a_shared_prefix() -> None:
         finally:
             for s in (first, second, third):
                 s.close()
+
+
+def _q4_1_bundle(root: Path) -> Path:
+    """A bundle holding the tiny model quantized to Q4_1 by llama.cpp itself (a K-free,
+    vec_dot-only type: shared steps by default)."""
+    import llama_cpp as lc
+
+    (root / "text").mkdir(parents=True)
+    params = lc.llama_model_quantize_default_params()
+    params.ftype = lc.LLAMA_FTYPE_MOSTLY_Q4_1
+    source = ROOT / "examples" / "bundles" / "tiny" / "text" / "tiny-f16.gguf"
+    out = root / "text" / "tiny-q4_1.gguf"
+    assert lc.llama_model_quantize(str(source).encode(), str(out).encode(), params) == 0
+    return root
+
+
+def _invariant(bundle: Path, **options: Any) -> bool:
+    config = {"backend": "llama.cpp", "context_size": 256, "batch_size": 64,
+              "options": {"llama.cpp": options} if options else {}}
+    with InferenceContext(bundle, parallel=2) as ctx, open_stream(ctx, **config) as stream:
+        return bool(stream.session._lane.engine.invariant)  # type: ignore[attr-defined]
+
+
+def test_the_default_follows_the_weights_and_the_option_overrides_it(tmp_path: Path) -> None:
+    """Unset, ``batch_invariant`` is on for weights whose matmul changes kernels between one
+    row and two (f16 here: tinyBLAS) and off for Q4_1 (vec_dot at every size); given, it
+    wins either way."""
+    f16 = ROOT / "examples" / "bundles" / "tiny"
+    q4_1 = _q4_1_bundle(tmp_path / "q4_1")
+    assert _invariant(f16) is True
+    assert _invariant(q4_1) is False
+    assert _invariant(f16, batch_invariant=False) is False
+    assert _invariant(q4_1, batch_invariant=True) is True
 
 
 def _recording(log: list[list[Piece]], max_tokens: int) -> StepScheduler:

@@ -10,7 +10,8 @@ others', SmolLM2 Q4_1 kept 14 of 24 batched chat replies equal to the solo ones;
 Each session owns one sequence id (a :class:`SharedLane`) and asks the engine's
 :class:`~eliza_backends.backend.StepScheduler` for its decodes.
 
-**Batch invariance** (the default, option ``batch_invariant``): each step, one
+**Batch invariance** (option ``batch_invariant``; by default on for weights whose matmul kernel
+changes between one row and two, :func:`batch_invariant`): each step, one
 ``llama_decode``, carries one sequence's tokens, the sequences taking turns, and a long prefill
 goes in pieces of the batch size from its start, as a lone context cuts it. llama.cpp's CPU
 kernels choose their path by the batch's shape (llamafile's tinyBLAS for f32/f16/bf16/Q8_0/
@@ -20,6 +21,8 @@ alone of >= 512 cells), so a row decoded beside other sequences' rows rounds dif
 greedy reply leaves its solo one at a near-tie (gemma4-mm-tiny, f32: a 0.0009-nat tie flipped
 in one of three prompts, every run; Gemma 3 Q4_K_M: 15 of 24 equal). One sequence per step
 meets exactly the kernels it meets alone: every reply equals its solo reply bit for bit.
+Quantized weights other than Q4_0/Q5_0/Q8_0/IQ4_NL take ``vec_dot`` or a kernel whose decode
+rows measured bit-identical beside 1-7 other sequences, so they share steps by default.
 With ``batch_invariant=False`` the scheduler puts every sequence that wants tokens into one
 ``llama_decode`` per step and cuts long prefills into pieces that ride along with the running
 decodes: the throughput of continuous batching, with that rounding. Sampling, stop tokens,
@@ -75,7 +78,7 @@ from eliza_backends.backend import Piece, StepScheduler, cpu_count
 from .kv_streams import to_one_stream, to_streams
 from .lane import TargetLinkedDrafter
 from .llama_context import Outputs, load_seq, new_context, save_seq
-from .model import LoadedModel, use_extra_buffers
+from .model import ROW_SENSITIVE_FILE_TYPES, LoadedModel, file_type, use_extra_buffers
 from .options import LlamaCppOptions
 
 R = TypeVar("R")
@@ -101,7 +104,7 @@ class BatchEngine:
         self.n_ctx_seq = config.context_size
         self._batch: Any = lc.llama_batch_init(self.n_batch, 0, 1)
         #: One sequence per ``llama_decode`` (batch invariance; module docstring).
-        self.invariant = options.batch_invariant
+        self.invariant = batch_invariant(model, options)
         self.scheduler = StepScheduler(self._decode, self.n_batch,
                                        max_sequences=1 if self.invariant else None)
         #: The one thread every ``llama_decode`` of this context runs on (module docstring).
@@ -284,6 +287,17 @@ def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
         if a[i] != b[i]:
             return i
     return n
+
+
+def batch_invariant(model: LoadedModel, options: LlamaCppOptions) -> bool:
+    """Whether ``model``'s batched context decodes one sequence per ``llama_decode``: the
+    ``batch_invariant`` option when given, else True for weights whose matmul kernel changes
+    between one row and two (:data:`~eliza_llamacpp.model.ROW_SENSITIVE_FILE_TYPES`, and a
+    file that does not say), False for the others (module docstring)."""
+    if options.batch_invariant is not None:
+        return options.batch_invariant
+    kind = file_type(model)
+    return kind is None or kind in ROW_SENSITIVE_FILE_TYPES
 
 
 def shared_engine(context: InferenceContext, model: LoadedModel, config: StreamConfig,
