@@ -19,6 +19,7 @@ Runs on the MLX thread, like the rest of the plugin; mlx-vlm is imported only he
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -170,27 +171,40 @@ def _reference_masks(text: Any, original: Any, h: Any, cache: Any,
     return masks
 
 
-#: config.json model_type -> (mlx-vlm module, processor class) of the processor it is loaded
-#: with (its own processor_config.json read, max_soft_tokens included)
-PROCESSORS = {
-    "gemma4": ("mlx_vlm.models.gemma4.processing_gemma4", "Gemma4Processor"),
-    "gemma4_unified": ("mlx_vlm.models.gemma4_unified.processing_gemma4_unified",
-                       "Gemma4UnifiedProcessor"),
+def _gemma4_processor() -> Any:
+    from mlx_vlm.models.gemma4.processing_gemma4 import Gemma4Processor
+
+    return Gemma4Processor
+
+
+def _gemma4_unified_processor() -> Any:
+    from mlx_vlm.models.gemma4_unified.processing_gemma4_unified import (
+        Gemma4UnifiedProcessor,
+    )
+
+    return Gemma4UnifiedProcessor
+
+
+#: config.json model_type -> the mlx-vlm processor class it is loaded with (its own
+#: processor_config.json read, max_soft_tokens included), imported when asked for: a fixed
+#: table of named imports, never a module name taken from the bundle.
+PROCESSORS: dict[str, Callable[[], Any]] = {
+    "gemma4": _gemma4_processor,
+    "gemma4_unified": _gemma4_unified_processor,
 }
 
 
 def load_vlm(folder: Path, token_ids: dict[str, int]) -> VLMModel:
     """mlx-vlm's model and its Gemma 4 (or Gemma 4 Unified) processor for ``folder`` (raises
     what mlx-vlm raises)."""
-    import importlib
     import json
 
     from mlx_vlm.utils import load_model
 
     model_type = json.loads((folder / "config.json").read_text(encoding="utf-8"))["model_type"]
-    module, cls = PROCESSORS[model_type]
+    processor_class = PROCESSORS[model_type]()
     model = load_model(folder)
-    processor = getattr(importlib.import_module(module), cls).from_pretrained(str(folder))
+    processor = processor_class.from_pretrained(str(folder))
     return VLMModel(model, processor, token_ids,
                     max_audio_tokens=int(getattr(processor, "audio_seq_length", 750)))
 
