@@ -86,7 +86,12 @@ def import_web_stack() -> threading.Thread:
     """Start importing :mod:`~eliza_backends.server.listen` (uvicorn, Starlette, pydantic, the
     app and its request models) on a daemon thread, so that it overlaps the model's load on
     the calling thread. The caller's own import of it later waits for this one (the module
-    lock) and raises its error, if any (this thread swallows it)."""
+    lock) and raises its error, if any (this thread swallows it).
+
+    Start it after the registry's discovery (plugins' front doors, ``importlib.metadata``):
+    the two threads then import disjoint module trees but for a few leaf modules (measured:
+    ``typing_extensions``, ``uuid``, ``pickle``, ``multiprocessing``, ``prompt.chat``), which a
+    package imports before its submodules, so no import waits on the other thread in a cycle."""
     def run() -> None:
         with contextlib.suppress(Exception):
             from . import listen  # noqa: F401
@@ -136,8 +141,9 @@ def serve(bundle: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int 
     configure_logging(log_format, log_level)
     if parallel is None and sessions is None:  # MTP needs a context of its own: 1 session
         parallel = None if config is not None and config.drafter == "mtp" else "auto"
+    embedding = bundle_embedding(bundle, backend=backend)  # registry discovery: before the thread
     import_web_stack()
-    if bundle_embedding(bundle, backend=backend) is not None:
+    if embedding is not None:
         from .embedding_service import DEFAULT_QUEUE, EmbeddingService
 
         service: SessionPool | EmbeddingService = EmbeddingService(
