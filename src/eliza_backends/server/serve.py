@@ -90,8 +90,8 @@ def import_web_stack() -> threading.Thread:
 
     Start it after the registry's discovery (plugins' front doors, ``importlib.metadata``):
     the two threads then import disjoint module trees but for a few leaf modules (measured:
-    ``typing_extensions``, ``uuid``, ``pickle``, ``multiprocessing``, ``prompt.chat``), which a
-    package imports before its submodules, so no import waits on the other thread in a cycle."""
+    ``typing_extensions``, ``uuid``, ``multiprocessing``, ``prompt.chat``), which a package
+    imports before its submodules, so no import waits on the other thread in a cycle."""
     def run() -> None:
         with contextlib.suppress(Exception):
             from . import listen  # noqa: F401
