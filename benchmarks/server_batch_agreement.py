@@ -1,13 +1,21 @@
-"""Batch invariance through the server: 8 greedy chat requests (32 tokens each) sent alone, then
-in bursts of 8 at once to one ``eliza-backends serve`` (extra flags passed through); prints how
-many burst replies equal the solo ones and each burst's aggregate tokens/s.
+"""Batch invariance through the server: 8 greedy requests (32 tokens each) sent alone, then in
+bursts of 8 at once, to ``eliza-backends serve --parallel 8`` in its default (one sequence per
+``llama_decode``) and its opt-in shared steps (``batch_invariant=false``), and to llama.cpp's
+``llama-server -np 8`` when it is built, in one run; prints, per server, how many burst replies
+equal the solo ones and the bursts' median aggregate tokens/s.
 
-    python benchmarks/server_batch_agreement.py MODEL.gguf --parallel 8 --threads 2 \\
-        [--option llama.cpp:kv_unified=true]
+    python benchmarks/server_batch_agreement.py MODEL.gguf [--completions] [--threads 2] \\
+        [--bursts 3] [--llama-server PATH] [--option llama.cpp:KEY=VALUE ...]
+
+``--completions`` sends text completions (a GGUF without a chat template, as Gemma 3's);
+``--option`` goes to both eliza servers (e.g. ``llama.cpp:kv_unified=true``). llama-server is
+found as bench_server.py finds it (``ELIZA_BENCH_CACHE``); without it that row is skipped.
 """
 
 from __future__ import annotations
 
+import argparse
+import os
 import statistics
 import sys
 import time
@@ -18,35 +26,72 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from batch_agreement import PROMPTS
+from bench_server import find_llama_server, start_llama_server, wait_ready
 from server_process import ServerProcess
 
-BURSTS = 3
 MAX_TOKENS = 32
+PARALLEL = len(PROMPTS)
 
 
-def ask(server: ServerProcess, prompt: str) -> str:
-    """One greedy chat reply of ``MAX_TOKENS`` tokens."""
-    reply = httpx.post(server.url + "/chat/completions", timeout=600, json={
-        "messages": [{"role": "user", "content": prompt}], "max_tokens": MAX_TOKENS,
-        "ignore_eos": True}).json()
-    return str(reply["choices"][0]["message"]["content"])
+def ask(url: str, prompt: str, completions: bool) -> str:
+    """One greedy reply of ``MAX_TOKENS`` tokens from the server at ``url`` (its /v1 base)."""
+    body: dict[str, object] = {"max_tokens": MAX_TOKENS, "ignore_eos": True, "temperature": 0}
+    if completions:
+        reply = httpx.post(url + "/completions", timeout=600, json={**body, "prompt": prompt})
+        return str(reply.json()["choices"][0]["text"])
+    reply = httpx.post(url + "/chat/completions", timeout=600, json={
+        **body, "messages": [{"role": "user", "content": prompt}]})
+    return str(reply.json()["choices"][0]["message"]["content"])
+
+
+def agreement(url: str, completions: bool, bursts: int) -> tuple[list[int], float]:
+    """Replies equal to the solo ones per burst, and the bursts' median tokens/s."""
+    alone = [ask(url, p, completions) for p in PROMPTS]
+    same, rates = [], []
+    for _ in range(bursts):
+        start = time.perf_counter()
+        with ThreadPoolExecutor(PARALLEL) as pool:
+            together = list(pool.map(lambda p: ask(url, p, completions), PROMPTS))
+        rates.append(PARALLEL * MAX_TOKENS / (time.perf_counter() - start))
+        same.append(sum(a == b for a, b in zip(alone, together, strict=True)))
+    return same, statistics.median(rates)
 
 
 def main() -> None:
-    if len(sys.argv) < 2:
-        raise SystemExit(__doc__)
-    model, flags = sys.argv[1], sys.argv[2:]
-    with ServerProcess(model, *flags) as server:
-        alone = [ask(server, p) for p in PROMPTS]
-        same, rates = [], []
-        for _ in range(BURSTS):
-            start = time.perf_counter()
-            with ThreadPoolExecutor(len(PROMPTS)) as pool:
-                together = list(pool.map(lambda p: ask(server, p), PROMPTS))
-            rates.append(len(PROMPTS) * MAX_TOKENS / (time.perf_counter() - start))
-            same.append(sum(a == b for a, b in zip(alone, together, strict=True)))
-    print(f"{' '.join(flags)}: equal to alone per burst {same}, total {sum(same)}/"
-          f"{BURSTS * len(PROMPTS)}; burst tok/s median {statistics.median(rates):.1f}")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("model")
+    ap.add_argument("--completions", action="store_true")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--bursts", type=int, default=3)
+    ap.add_argument("--llama-server")
+    ap.add_argument("--option", action="append", default=[])
+    args = ap.parse_args()
+    flags = ["--parallel", str(PARALLEL), "--threads", str(args.threads)]
+    for option in args.option:
+        flags += ["--option", option]
+    rows: dict[str, tuple[list[int], float]] = {}
+    for name, extra in [("eliza serve (default: one sequence per llama_decode)", []),
+                        ("eliza serve, batch_invariant=false (shared steps)",
+                         ["--option", "llama.cpp:batch_invariant=false"])]:
+        with ServerProcess(args.model, *flags, *extra) as server:
+            rows[name] = agreement(server.url, args.completions, args.bursts)
+    binary = find_llama_server(args.llama_server)
+    if binary is None:
+        print("llama-server: not built (ELIZA_BENCH_CACHE=... bash benchmarks/"
+              "build_llama_bench.sh llama-server), skipped", file=sys.stderr)
+    else:
+        llama = start_llama_server(binary, Path(args.model), PARALLEL, args.threads)
+        try:
+            wait_ready(llama)
+            rows[f"llama-server -np {PARALLEL}"] = agreement(llama.url, args.completions,
+                                                             args.bursts)
+        finally:
+            llama.stop()
+    print(f"{Path(args.model).name}, {'completions' if args.completions else 'chat'}, "
+          f"--threads {args.threads}, load average {os.getloadavg()[0]:.1f}")
+    for name, (same, rate) in rows.items():
+        print(f"  {name}: equal to alone per burst {same}, total {sum(same)}/"
+              f"{len(same) * PARALLEL}; burst tok/s median {rate:.1f}")
 
 
 if __name__ == "__main__":

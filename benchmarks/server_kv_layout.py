@@ -1,13 +1,15 @@
-"""Aggregate chat throughput of ``serve --parallel 1`` and ``--parallel 8`` with either KV layout
-(one cache per sequence, the default; one unified cache): 8 concurrent greedy 32-token chat
-requests per burst, 2 bursts per server start, the servers one after another and rotated per
-round; medians and ratios to ``--parallel 1``.
+"""Aggregate chat throughput of ``serve --parallel 1`` and ``--parallel 8`` in its modes: the
+default (one KV cache per sequence, one sequence per ``llama_decode``), shared steps
+(``batch_invariant=false``), and shared steps with one unified KV cache: 8 concurrent greedy
+32-token chat requests per burst, 2 bursts per server start, the servers one after another and
+rotated per round; medians and ratios to ``--parallel 1``, with the load average.
 
     python benchmarks/server_kv_layout.py MODEL.gguf [ROUNDS] [THREADS]
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
@@ -21,9 +23,12 @@ from batch_agreement import PROMPTS
 from server_process import ServerProcess
 
 MAX_TOKENS = 32
+SHARED = ["--option", "llama.cpp:batch_invariant=false"]
 CONFIGS = {"parallel 1": ["--parallel", "1", "--queue", "16"],
-           "parallel 8, per-sequence KV": ["--parallel", "8"],
-           "parallel 8, unified KV": ["--parallel", "8", "--option", "llama.cpp:kv_unified=true"]}
+           "parallel 8 (default: one sequence per step)": ["--parallel", "8"],
+           "parallel 8, shared steps": ["--parallel", "8", *SHARED],
+           "parallel 8, shared steps, unified KV": ["--parallel", "8", *SHARED, "--option",
+                                                    "llama.cpp:kv_unified=true"]}
 
 
 def ask(server: ServerProcess, prompt: str) -> None:
@@ -50,6 +55,7 @@ def main() -> None:
                         list(pool.map(lambda p: ask(server, p), PROMPTS))
                     rates[name].append(len(PROMPTS) * MAX_TOKENS / (time.perf_counter() - start))
     base = statistics.median(rates["parallel 1"])
+    print(f"load average {os.getloadavg()[0]:.1f} after the run")
     for name, values in rates.items():
         median = statistics.median(values)
         print(f"{name}: median {median:.1f} tok/s ({len(values)} bursts), "

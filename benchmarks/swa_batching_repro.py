@@ -1,22 +1,28 @@
 """A sliding-window model's greedy reply on a batched llama.cpp context vs alone (text only).
 
-    python benchmarks/swa_batching_repro.py [--bundle examples/bundles/gemma4-mm-tiny] [--runs 8]
+    python benchmarks/swa_batching_repro.py [--bundle examples/bundles/gemma4-mm-tiny] [--runs 8] \
+        [--option KEY=VALUE ...]
 
 Three ~300-token prompts decoded at once on ``InferenceContext(parallel=3)``, each compared
-with its reply from a session of its own. On gemma4-mm-tiny (Gemma 4,
-32-token sliding window) one of them leaves its solo reply at a clear winner (a 0.86-nat gap at
-the solo step) in most runs here: a batched-engine issue with sliding-window models, seen first
-with images and audio (tests/test_multimodal_*.py mark those concurrency tests as known-flaky
-with it). One KV cache per sequence (``kv_unified=False``, the engine's default since issue 39,
-which made SmolLM2's batched chat replies equal the solo ones) does not cure it: 3 of 12
-batched replies left their solo reply with it, 4 of 12 with the unified cache
-(``options={"llama.cpp": {"kv_unified": True}}``), 4 runs each, 2026-12-03. The cause here is
-another one (the sliding window with chunked prefills is the next candidate).
+with its reply from a session of its own; ``--option`` sets llama.cpp options of the batched
+streams (``batch_invariant=false``: the shared steps; ``kv_unified=true``).
+
+Measured 2026-12-03 on gemma4-mm-tiny (f32, 32-token window): with shared steps prompt 1 left
+its solo reply at token 18 in every run, with one KV cache per sequence or one unified cache.
+Not a sliding-window bug and not a clear winner: the solo step's top two are 0.0009 nats apart
+(logprobs -1.2845 / -1.2854; an earlier note's "0.86 nats" was misread), and the same tie flips
+in a lone context when the prompt is prefilled one token at a time. The cause is llama.cpp's
+CPU kernels choosing their path by the batch's shape (tinyBLAS for f32 matmuls from 2 rows,
+vec_dot for 1; tiled flash attention from 64 rows of a sequence; a KV split for one row alone
+of >= 512 cells): batched rows differ from solo ones by up to 0.011 logits, with
+``swa_full`` too. One sequence per ``llama_decode`` (``batch_invariant``, the default since)
+gives 0 of 12.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from concurrent.futures import ThreadPoolExecutor
 
 from eliza_backends import InferenceContext, Stream, open_stream
@@ -38,13 +44,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bundle", default="examples/bundles/gemma4-mm-tiny")
     ap.add_argument("--runs", type=int, default=8)
+    ap.add_argument("--option", action="append", default=[])
     args = ap.parse_args()
+    options = {k: json.loads(v) for k, v in (o.split("=", 1) for o in args.option)}
+    batched = {**CONFIG, "options": {"llama.cpp": options}}
     with open_stream(args.bundle, **CONFIG) as solo:  # type: ignore[arg-type]
         want = [reply(solo, t) for t in TEXTS]
     diverged = 0
     for run in range(args.runs):
         with InferenceContext(args.bundle, parallel=3) as ctx:
-            streams = [open_stream(ctx, **CONFIG) for _ in TEXTS]  # type: ignore[arg-type]
+            streams = [open_stream(ctx, **batched) for _ in TEXTS]  # type: ignore[arg-type]
             with ThreadPoolExecutor(len(TEXTS)) as pool:
                 got = list(pool.map(reply, streams, TEXTS))
             for s in streams:

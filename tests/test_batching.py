@@ -39,7 +39,10 @@ from eliza_backends.testing import BackendConformance, generated_tokens, run_to_
 
 GEMMA4_TINY = ROOT / "examples" / "bundles" / "gemma4-tiny"
 BUNDLES = {"tiny": TINY_BUNDLE, "gemma4-tiny": GEMMA4_TINY}
-BASE = {"context_size": 256, "batch_size": 64, "threads": 1, "ignore_eos": True}
+#: Steps shared by several sequences (the opt-in mode this file checks; the default, one
+#: sequence per step, is tests/test_batch_invariance.py's).
+BASE = {"context_size": 256, "batch_size": 64, "threads": 1, "ignore_eos": True,
+        "options": {"llama.cpp": {"batch_invariant": False}}}
 
 
 def _prompts(bundle: Path) -> list[list[int]]:

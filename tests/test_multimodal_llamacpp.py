@@ -41,14 +41,6 @@ CONFIG: dict[str, Any] = {"backend": "llama.cpp", "max_tokens": N_TOKENS, "ignor
                           "context_size": 512, "batch_size": 256}
 
 
-SWA_BATCHING = pytest.mark.xfail(strict=False, reason=(
-    "known, not media (issue 37's note): on a batched llama.cpp context a sliding-window "
-    "model's sequence can leave its solo greedy reply at a clear winner when the other "
-    "sequences are at other positions; text-only prompts past gemma4-mm-tiny's 32-token window "
-    "show it too (benchmarks/swa_batching_repro.py: 4/12 replies with one shared KV cache, "
-    "3/12 with one cache per sequence, the default since issue 39)"))
-
-
 def openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return media_prompts.openai_messages(BUNDLE, messages)
 
@@ -179,7 +171,6 @@ def test_an_image_past_the_micro_batch_is_refused_before_llama_cpp() -> None:
             PROMPTS["text_hello"]["continuation_ids"]
 
 
-@SWA_BATCHING
 def test_concurrent_media_on_a_batched_context_get_solo_replies() -> None:
     """Sessions sharing one llama_context (parallel=3): an image, an audio clip and a text
     prompt at once; each reply is the oracle's (media decode alone, between steps), and no
@@ -209,7 +200,10 @@ def test_concurrent_media_on_a_batched_context_get_solo_replies() -> None:
 def test_a_batched_sequence_never_copies_another_image_as_its_prefix() -> None:
     """Two sequences of one context, the same text around different images: the second
     copies the first's prefix up to the image, never the image (its positions are cached
-    under the media's digest); after the same image at the same place, the text is shared."""
+    under the media's digest); after the same image at the same place, the text is shared.
+    (Steps shared by the sequences, ``batch_invariant=False``: the default copies whole
+    batches only, tests/test_batch_invariance.py.)"""
+    shared = {**CONFIG, "options": {"llama.cpp": {"batch_invariant": False}}}
     portrait = [{"role": "user", "content": [
         {"type": "image", "path": "media/image-portrait.png"},
         {"type": "text", "text": "Describe this image."}]}]
@@ -217,7 +211,7 @@ def test_a_batched_sequence_never_copies_another_image_as_its_prefix() -> None:
     with open_stream(BUNDLE, **CONFIG) as solo:
         want = reply_ids(solo, portrait)
     with InferenceContext(BUNDLE, parallel=3) as ctx:
-        first, second, third = (open_stream(ctx, **CONFIG) for _ in range(3))
+        first, second, third = (open_stream(ctx, **shared) for _ in range(3))
         try:
             engine = first.session._lane.engine  # type: ignore[attr-defined]
             assert reply_ids(first, landscape["messages"]) == landscape["continuation_ids"]

@@ -25,14 +25,6 @@ PARITY = json.loads((BUNDLE / "parity.json").read_text(encoding="utf-8"))
 PROMPTS = {p["name"]: p for p in PARITY["prompts"]}
 
 
-SWA_BATCHING = pytest.mark.xfail(strict=False, reason=(
-    "known, not media: on a batched llama.cpp context (kv_unified) a sliding-window model's "
-    "sequence can leave its solo greedy reply at a clear winner when the other sequences are "
-    "at other positions; text-only prompts past gemma4-mm-tiny's 32-token window show it too "
-    "(about 1 run in 4 here); a non-unified cache would avoid it but llama.cpp's seq_cp needs "
-    "a unified one (the engine's prefix sharing)"))
-
-
 def b64(name: str) -> str:
     return base64.b64encode((BUNDLE / name).read_bytes()).decode()
 
@@ -120,7 +112,6 @@ def test_mp3_input_gets_the_in_process_reply(server: ServerProcess) -> None:
     assert reply.usage is not None and reply.usage.prompt_tokens > 48  # 2 s: 48 embeddings
 
 
-@SWA_BATCHING
 def test_concurrent_media_requests_on_serve_parallel_get_solo_replies() -> None:
     """``serve --parallel 3``: image, audio and mixed requests at once, each answered as the
     oracle answers it alone."""

@@ -40,8 +40,10 @@ def _llama_batches() -> bool:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[ServerProcess]:
+    # the steps shared by several sequences (batch_invariant=false) are what this file checks
     with ServerProcess(TINY_BUNDLE, "--backend", "llama.cpp", "--parallel", "4", "--threads",
-                       "1", "--queue", "16", "--grace", "1") as proc:
+                       "1", "--queue", "16", "--grace", "1",
+                       "--option", "llama.cpp:batch_invariant=false") as proc:
         yield proc
 
 

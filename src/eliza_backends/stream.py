@@ -17,9 +17,10 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .backend.media_seq import PrefillPlan, reusable_prefix
+from .backend.media_seq import PrefillPlan
+from .backend.prompt_cache import PromptCache, reusable
 from .backend.session import Session
-from .backend.types import Step, check_output_support
+from .backend.types import MediaSpan, Step, check_output_support
 from .media import DEFAULT_LIMITS, MediaItem, MediaLimits
 
 if TYPE_CHECKING:
@@ -104,6 +105,11 @@ class Stream:
         self._turn_start: float | None = None
         self._closed = False
         self._generation: object | None = None  # the open completion (see begin_generation)
+        #: The host-memory cache :meth:`prefill_reusing` saves the session's evicted state to
+        #: and restores a longer prefix from (None: the session's own prefix only); shared by
+        #: the streams of one server (see :mod:`eliza_backends.backend.prompt_cache`).
+        self.prompt_cache: PromptCache | None = None
+        self._prompt_end = 0  # the sequence's length after the last prefill_reusing
 
     @property
     def config(self) -> StreamConfig:
@@ -196,24 +202,28 @@ class Stream:
         if not elements:
             raise InvalidArgumentError("prefill_reusing() needs at least one token id")
         if not any(isinstance(e, MediaItem) for e in elements):
-            from .prompt.chat import common_prefix
-
             ids: list[int] = elements  # type: ignore[assignment]
-            common = reusable_prefix(common_prefix(session.history, ids), session.media, ())
-            keep = session.reset_keep(min(common, len(ids) - 1))
-            return self.prefill(ids[keep:])
+            keep = session.reset_keep(min(self._reusable(ids, ()), len(ids) - 1))
+            fed = self.prefill(ids[keep:])
+            self._prompt_end = session.n_past
+            return fed
         return self._prefill_plan_reusing(session.plan_prefill(elements))
 
     def _prefill_plan_reusing(self, plan: PrefillPlan) -> int:
-        session = self.session
         if not plan.ids:
             raise InvalidArgumentError("prefill_reusing() needs at least one token id")
-        from .prompt.chat import common_prefix
+        keep = self.session.reset_keep(min(self._reusable(plan.ids, plan.spans),
+                                           len(plan.ids) - 1))
+        fed = self.prefill(plan.tail(keep))
+        self._prompt_end = self.session.n_past
+        return fed
 
-        common = reusable_prefix(common_prefix(session.history, plan.ids), session.media,
-                                 plan.spans)
-        keep = session.reset_keep(min(common, len(plan.ids) - 1))
-        return self.prefill(plan.tail(keep))
+    def _reusable(self, ids: Sequence[int], spans: Sequence[MediaSpan]) -> int:
+        """The prefix of ``ids`` (media ``spans``) the session holds, after the prompt cache
+        (when set) saved an evicted conversation and restored a longer prefix."""
+        if self.prompt_cache is not None:
+            return self.prompt_cache.swap(self.session, ids, spans, self._prompt_end)
+        return reusable(self.session.history, self.session.media, ids, spans)
 
     def chat_elements(self, messages: Sequence[Mapping[str, Any]], *,
                       add_generation_prompt: bool = True,

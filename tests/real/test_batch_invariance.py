@@ -1,7 +1,9 @@
 """Batch invariance on a real quantized model: ``serve --parallel 8`` on SmolLM2-135M Q4_1 gives
 every greedy chat request, sent 8 at once, exactly the reply it gets alone (as llama-server
-``-np 8`` does). The cause of the drift it had: one unified KV cache for all sequences (see
-``eliza_llamacpp.batch_engine``); each sequence now has its own (``kv_unified=False``)."""
+``-np 8`` does): by default each ``llama_decode`` carries one sequence (``batch_invariant``,
+see ``eliza_llamacpp.batch_engine``), and with the opt-in shared steps too on this model (its
+Q4_1 matmuls take llama.cpp's ``vec_dot`` at every batch size; one KV cache per sequence,
+``kv_unified=False``, lays each sequence out as alone)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import pytest
 from server_process import ServerProcess
 
 PROMPTS = ["The capital of France is", "Once upon a time, in a small village,",
@@ -23,11 +26,15 @@ def _ask(server: ServerProcess, prompt: str) -> str:
     return str(reply["choices"][0]["message"]["content"])
 
 
-def test_batched_chat_replies_equal_the_solo_ones(smollm2_source: Path) -> None:
-    with ServerProcess(smollm2_source, "--parallel", "8", "--threads", "1") as server:
+@pytest.mark.parametrize("shared_steps", [False, True], ids=["default", "shared-steps"])
+def test_batched_chat_replies_equal_the_solo_ones(smollm2_source: Path,
+                                                  shared_steps: bool) -> None:
+    option = ["--option", "llama.cpp:batch_invariant=false"] if shared_steps else []
+    with ServerProcess(smollm2_source, "--parallel", "8", "--threads", "1", *option) as server:
         alone = [_ask(server, p) for p in PROMPTS]
         for _burst in range(2):
             with ThreadPoolExecutor(len(PROMPTS)) as pool:
                 together = list(pool.map(lambda p: _ask(server, p), PROMPTS))
             assert together == alone
-        assert server.health()["batch"]["mean_sequences_per_step"] > 1
+        per_step = server.health()["batch"]["mean_sequences_per_step"]
+        assert per_step > 1 if shared_steps else per_step == 1

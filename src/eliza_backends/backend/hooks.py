@@ -85,6 +85,13 @@ class SessionHooks(ABC):
         """Make the KV state that of ``tokens`` from a :meth:`_save_state` payload."""
         raise UnsupportedOperationError(f"{self.backend_name} sessions cannot restore slots")
 
+    def _state_min_keep(self) -> int:
+        """The shortest prefix that the state :meth:`_save_state` writes now, once restored,
+        may be cut back to (:meth:`_truncate`) and still decode correctly; 0: any. A backend
+        whose saved state omits positions (llama.cpp's sliding-window cache keeps only the
+        window's last positions) says how far back it still holds everything needed."""
+        return 0
+
     def _media_tokens(self, item: MediaItem) -> MediaTokens:
         """How ``item`` (a kind in ``capabilities.media``) enters the sequence: the model's
         begin/end marker ids, the number of embedding positions and the placeholder id the

@@ -41,7 +41,7 @@ from .hooks import SessionHooks
 from .media_seq import PrefillPlan, SessionMedia
 from .model_info import ModelInfo
 from .repair import Repair
-from .slot_state import SlotState
+from .slot_state import SlotSnapshot, SlotState
 from .speculation import Speculation
 from .turn import Turn, new_guide, turn_settings
 from .types import (
@@ -396,28 +396,31 @@ class Session(SessionHooks):
             self.__turn.settings = settings
 
     @final
-    def save_slot(self, path: str | os.PathLike[str]) -> None:
-        """Save the sequence state to ``path`` (atomically; the previous file survives a crash).
-
+    def save_slot(self, path: str | os.PathLike[str] | None = None) -> SlotSnapshot:
+        """Save the sequence state to ``path`` (atomically; the previous file survives a crash)
+        and return it; without ``path``, only return it (what a prompt cache keeps in memory
+        for :meth:`restore_slot` here or on a session of the same model and context).
         Raises :class:`UnsupportedOperationError` when ``capabilities.slots`` is False."""
         self.__slots.check("save")
         self.__guard.begin("save_slot", guarded=True)
         try:
-            self.__slots.save(path)
+            return self.__slots.save(path)
         finally:
             self.__guard.end()
 
     @final
-    def restore_slot(self, path: str | os.PathLike[str]) -> None:
-        """Replace the session's state with a slot saved by the same backend, model and runtime
-        version; ``next()`` then continues exactly as the saved session would have (greedy).
+    def restore_slot(self, source: str | os.PathLike[str] | SlotSnapshot) -> None:
+        """Replace the session's state with a slot (a file, or a :meth:`save_slot` snapshot)
+        saved by the same backend, model and runtime version; ``next()`` then continues exactly
+        as the saved session would have (greedy).
 
         A foreign, truncated or corrupted file raises :class:`SlotError` and leaves the session
-        as it was."""
+        as it was; a state the runtime itself refuses (another KV layout) is :class:`SlotError`
+        too, and leaves the session empty."""
         self.__slots.check("restore")
         self.__guard.begin("restore_slot", allow_cancelled=True, guarded=True)
         try:
-            self.__slots.restore(path)
+            self.__slots.restore(source)
             self.__turn.ready = True
         finally:
             self.__guard.end()

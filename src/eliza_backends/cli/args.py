@@ -156,6 +156,10 @@ def check_args(args: argparse.Namespace) -> None:
             f"--batch-size {config.batch_size} is below --parallel {args.parallel}: a batched "
             "step decodes one token of each sequence, so --batch-size must be at least "
             "--parallel")
+    if command == "serve" and args.slot_save_path is not None and \
+            not os.path.isdir(args.slot_save_path):
+        raise InvalidArgumentError(f"--slot-save-path {args.slot_save_path} is not a folder; "
+                                   "create it first")
     if command == "bundle" and sub == "verify":
         check_input(args.bundle, "BUNDLE")
     if command == "bundle" and sub == "create":

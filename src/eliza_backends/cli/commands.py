@@ -160,7 +160,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                      config=config,
                      model=args.model_name, grace=args.grace, log_format=args.log_format,
                      log_level=args.log_level, allow_media_files=args.allow_media_files,
-                     api_key=api_key, warm=not args.no_warmup)
+                     api_key=api_key, warm=not args.no_warmup, cache_ram=args.cache_ram,
+                     slot_save_path=args.slot_save_path)
     except OSError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR

@@ -201,6 +201,13 @@ _COMMANDS: tuple[tuple[str, str, tuple[_Step, ...], dict[str, Any]], ...] = (
              "'Authorization: Bearer KEY' (or 'x-api-key: KEY'), else 401 (default: "
              "$ELIZA_API_KEY; none: no key needed, and a --host beyond loopback is warned "
              "about)"),
+        _arg("--cache-ram", type=int_in(0), metavar="MiB", help="host memory for the prompt "
+             "cache: a conversation evicted from its slot keeps its KV state there, and "
+             "restores it when it comes back (0: off; default: an eighth of the RAM, at most "
+             "8192)"),
+        _arg("--slot-save-path", metavar="DIR", help="the folder of the slot files that "
+             "POST /slots/{id}?action=save|restore writes and reads (default: none; erase "
+             "works without)"),
         lambda p: _stream_flags(p, "--context-size", "--batch-size", "--draft-length"),
         _arg("--draft-policy", choices=["auto", "fixed"], help="auto: each round's draft "
              "length from the measured acceptance and cost, up to --draft-length; fixed: "

@@ -38,6 +38,14 @@ decodes alone fill the budget; a backend that keeps ``parallel * longest decode 
 ``max_tokens`` (llama.cpp caps its draft length so) leaves room in every step, and the oldest
 prefill gets it: no share starves.
 
+**One sequence per step** (``max_sequences=1``): a runtime whose kernels round a row
+differently when other rows share its forward pass (llama.cpp's CPU matmuls and attention pick
+their kernel by the batch's shape) cannot give a sequence its solo result in a shared step.
+With a cap, a step carries at most ``max_sequences`` shares and the shares take turns in
+arrival order (one passed over goes first in the next step); a long prefill is still cut at
+``max_tokens``, as a lone sequence's would be. The leader then does not wait for a straggler
+when the queue already fills a step.
+
 **Failures and cancels.** A share whose callback (``on_done`` or the ``cancelled`` probe)
 raises fails alone: its submitter gets the exception, the other shares are untouched. When
 ``decode`` raises, every share in that batch gets the exception (the runtime did not run the
@@ -53,7 +61,8 @@ may use it too).
 
 Stable API (the llama.cpp and MLX plugins build on it; keep it):
 
-* ``StepScheduler(decode, max_tokens, *, gather_window=GATHER_WINDOW_S)``: ``decode(pieces)``
+* ``StepScheduler(decode, max_tokens, *, gather_window=GATHER_WINDOW_S, max_sequences=None)``:
+  ``decode(pieces)``
   runs one forward pass over a batch of :class:`Piece` (in order; rows are numbered across
   them: see :attr:`Piece.row`) and returns when its outputs can be read.
 * ``submit(seq, tokens, start, n_outputs, on_done, cancelled=None) -> R``: blocks until the
@@ -209,14 +218,20 @@ class StepScheduler:
     docstring). ``decode(pieces)``: the backend's batched forward pass; ``max_tokens``: the
     most tokens one step may carry (the runtime's batch size); ``gather_window``: seconds the
     leader waits for the expected sequences (default :data:`GATHER_WINDOW_S`; the attribute
-    may be changed at any time, the next gather reads it)."""
+    may be changed at any time, the next gather reads it); ``max_sequences``: the most
+    sequences one step carries (None: as many as the budget holds; see the module
+    docstring)."""
 
     def __init__(self, decode: Callable[[Sequence[Piece]], None], max_tokens: int, *,
-                 gather_window: float = GATHER_WINDOW_S) -> None:
+                 gather_window: float = GATHER_WINDOW_S,
+                 max_sequences: int | None = None) -> None:
         if max_tokens < 1:
             raise InvalidArgumentError(f"max_tokens must be >= 1, got {max_tokens}")
+        if max_sequences is not None and max_sequences < 1:
+            raise InvalidArgumentError(f"max_sequences must be >= 1, got {max_sequences}")
         self._decode = decode
         self.max_tokens = max_tokens
+        self.max_sequences = max_sequences
         self.gather_window = gather_window
         self._lock = threading.Lock()
         # the leader waits on arrivals (a share, an idle or a cancelled sequence); submitters
@@ -362,7 +377,7 @@ class StepScheduler:
         deadline = t0 + self.gather_window
         while True:
             missing = any(s not in self._queued for s in self._expected)
-            if not missing:
+            if not missing or self._step_full():
                 return time.perf_counter() - t0, False
             now = time.perf_counter()
             if now >= deadline:
@@ -373,13 +388,23 @@ class StepScheduler:
             if own.done or self._closed:
                 return time.perf_counter() - t0, False
 
+    def _step_full(self) -> bool:
+        """The queue already holds as many shares as a step may carry."""
+        return self.max_sequences is not None and len(self._queue) >= self.max_sequences
+
     def _plan(self) -> list[tuple[_Share, Piece]]:
         """This step's pieces within the token budget: decodes, then prefills, each group in
-        arrival order except that a share that got nothing in the last step goes first."""
-        order = sorted(self._queue, key=lambda s: (not s.decode, not s.starved))
+        arrival order except that a share that got nothing in the last step goes first (with
+        ``max_sequences``: up to that many shares, in arrival order, passed-over ones first)."""
+        cap = self.max_sequences
+        order = sorted(self._queue, key=lambda s: (not s.decode, not s.starved)) if cap is None \
+            else sorted(self._queue, key=lambda s: not s.starved)  # turns, in arrival order
         budget, row = self.max_tokens, 0
         plan: list[tuple[_Share, Piece]] = []
         for share in order:
+            if cap is not None and len(plan) >= cap:
+                share.starved = True
+                continue
             rest = len(share.tokens) - share.fed
             final = rest <= budget
             n = rest if final else min(budget, rest - share.n_outputs)

@@ -42,6 +42,7 @@ whoever runs it (``eliza-backends serve``, or another ASGI host).
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -70,6 +71,7 @@ from .api_errors import ApiError, api_error, sse
 from .auth import ApiKeyGuard
 from .pool import Lease, SessionPool
 from .run import GenerationResponse, GenerationRun, starter
+from .slot_files import SlotFiles
 
 if TYPE_CHECKING:
     from .embedding_service import EmbeddingService
@@ -364,10 +366,13 @@ class OpenAIServer:
 
 def create_app(pool: SessionPool | None, *, model: str, max_body: int = MAX_BODY,
                media: MediaLimits | None = None, api_key: str | None = None,
-               embeddings: EmbeddingService | None = None) -> ASGIApp:
+               embeddings: EmbeddingService | None = None,
+               slot_save_path: str | os.PathLike[str] | None = None) -> ASGIApp:
     """The ASGI application serving ``pool`` (a generation model) or ``embeddings`` (an
     embedding model; then ``pool`` is None) under the model id ``model`` (with access logs);
-    ``media``: the limits on requests' images and audio (see :class:`OpenAIServer`).
+    ``media``: the limits on requests' images and audio (see :class:`OpenAIServer`);
+    ``slot_save_path``: the folder of ``POST /slots/{id}?action=save|restore``'s files
+    (:mod:`~eliza_backends.server.slot_files`; None: only ``erase``; a pool's only).
     With ``api_key``, every request but ``GET /health`` must carry it, else 401
     (:class:`~eliza_backends.server.auth.ApiKeyGuard`; refused requests are logged too).
 
@@ -378,7 +383,7 @@ def create_app(pool: SessionPool | None, *, model: str, max_body: int = MAX_BODY
         status = exc.status_code if isinstance(exc, HTTPException) else 500
         message = (f"no route {request.method} {request.url.path}; this server has "
                    "/v1/chat/completions, /v1/completions, /v1/responses, /v1/messages, "
-                   "/v1/embeddings, /v1/models and /health"
+                   "/v1/embeddings, /v1/models, /slots/{id} and /health"
                    if status in (404, 405) else str(exc))
         return ApiError(status, message, code="not_found" if status == 404 else None
                         ).response()
@@ -400,6 +405,8 @@ def create_app(pool: SessionPool | None, *, model: str, max_body: int = MAX_BODY
         Route("/v1/messages", server.messages, methods=["POST"]),
         Route("/v1/messages/count_tokens", server.count_tokens, methods=["POST"]),
         Route("/v1/embeddings", server.create_embeddings, methods=["POST"]),
+        *([Route("/slots/{id:int}", SlotFiles(pool, slot_save_path).action,
+                 methods=["POST"])] if pool is not None else []),
     ], exception_handlers=handlers)
     app.state.server = server
     return AccessLog(ApiKeyGuard(app, api_key) if api_key else app)

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
 import signal
 import socket
 import threading
@@ -80,14 +81,17 @@ class _Server(uvicorn.Server):
 
 def run_server(service: SessionPool | EmbeddingService, sock: socket.socket, *, model: str,
                announce: str, out: IO[str], grace: float, media: MediaLimits | None,
-               api_key: str | None) -> None:
+               api_key: str | None, slot_save_path: str | os.PathLike[str] | None = None
+               ) -> None:
     """Serve ``service`` (open) under the model id ``model`` on the bound ``sock`` until a
     shutdown signal: ``announce`` goes to ``out`` once uvicorn listens; running requests get
-    ``grace`` seconds at a shutdown. Returns after the graceful shutdown; closing ``service``
-    is the caller's job."""
+    ``grace`` seconds at a shutdown; ``media``, ``api_key``, ``slot_save_path``: as
+    :func:`~eliza_backends.server.app.create_app` takes them. Returns after the graceful
+    shutdown; closing ``service`` is the caller's job."""
     pool = service if isinstance(service, SessionPool) else None
     embeddings = None if isinstance(service, SessionPool) else service
-    app = create_app(pool, model=model, media=media, api_key=api_key, embeddings=embeddings)
+    app = create_app(pool, model=model, media=media, api_key=api_key, embeddings=embeddings,
+                     slot_save_path=slot_save_path)
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", ws="none",
                             timeout_graceful_shutdown=math.ceil(grace + SHUTDOWN_MARGIN))
     _Server(config, service, grace, announce, out).run(sockets=[sock])

@@ -16,6 +16,11 @@ session does runs on its slot's thread, and the event loop only awaits the resul
   shares only a template header with it; reopening a session with other settings is cheaper
   than re-prefilling a conversation that an LRU choice keeps). The text is only a
   hint: :meth:`Stream.prefill_reusing` computes the exact token prefix to keep.
+* **Prompt cache.** ``cache_bytes > 0``: the slots share one
+  :class:`~eliza_backends.backend.prompt_cache.PromptCache` of that many bytes; a slot about to
+  serve another conversation saves the one it holds there first, and a conversation that
+  comes back restores its state from it (on whichever slot serves it) and prefills only its new
+  tokens. Its counters are :attr:`PoolStats.prompt_cache` (``/health``).
 * **Settings.** Sampling settings are baked into a session when it opens, so a request with
   other settings than its slot's reopens that slot's session (on the same context: no reload).
   Budget and stop strings are per request (:class:`~eliza_backends.openai.generation.Generation`).
@@ -50,10 +55,11 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from ..backend.context import InferenceContext
+from ..backend.prompt_cache import SIMILARITY, PromptCache
 from ..batch import DEFAULT_PARALLEL, batches, session_threads
 from ..config import StreamConfig
 from ..errors import (
@@ -62,20 +68,17 @@ from ..errors import (
     InvalidArgumentError,
     PoolClosedError,
     PoolFullError,
+    SessionBusyError,
 )
 from ..serving import SessionKey, serving_config, session_key
 from ..stream import Stream, open_stream
+from .pool_stats import PoolStats
 from .throughput import Throughput
 from .warmup import warm_up
 
 T = TypeVar("T")
 
 log = logging.getLogger("eliza_backends.server")
-
-#: A request continues a slot's conversation when its prompt shares at least this fraction
-#: of the slot's text (llama.cpp's server uses the same rule, ``--slot-prompt-similarity``).
-SIMILARITY = 0.5
-
 
 def shared_prefix(a: str, b: str) -> int:
     """Length of the longest common prefix of two strings (binary search on slices, so the
@@ -113,45 +116,6 @@ class _Waiter:
     key: SessionKey
 
 
-@dataclass
-class PoolStats:
-    """Counters of a pool (for ``/health`` and tests)."""
-
-    sessions: int
-    busy: int
-    queued: int
-    served: int
-    cancelled: int
-    reopened: int
-    failed: int
-    draining: bool
-    #: sequences decoding together in one batched context (1: independent sessions)
-    parallel: int = 1
-    #: True when the sessions share one batched runtime context
-    batched: bool = False
-    #: how the sessions run, in words (says so when a backend does not batch)
-    batching: str = ""
-    #: requests generating now (each holds one sequence)
-    active_sequences: int = 0
-    #: completion tokens per second over the last ``tokens_window_s`` seconds, all slots
-    tokens_per_second: float = 0.0
-    tokens_window_s: float = 0.0
-    #: completion tokens generated since the pool opened
-    completion_tokens: int = 0
-    #: the batched context's step totals (:meth:`BatchStats.summary`: steps, mean sequences
-    #: per step, ...); None when the slots are not batched
-    batch: dict[str, Any] | None = None
-    #: the speculative drafter's totals since the pool opened (``drafter``, ``drafted`` and
-    #: ``accepted`` tokens, ``acceptance``); None when the sessions do not draft
-    draft: dict[str, Any] | None = None
-    steps_after_cancel: list[int] = field(default_factory=list)
-    slots: list[dict[str, Any]] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return dict(self.__dict__)
-
-
 class SessionPool:
     """Sessions on one bundle's :class:`InferenceContext`, leased to requests; see the module
     doc.
@@ -163,14 +127,15 @@ class SessionPool:
     divided from (default: this process's CPUs); ``warm``: :meth:`open` warms each runtime
     context up (:func:`~eliza_backends.server.warmup.warm_up`), so the first request does not
     pay for the first decode. :meth:`open` loads the model and opens every session (call it
-    before serving); :meth:`close` frees them.
+    before serving); :meth:`close` frees them. ``cache_bytes``: the prompt cache's bound
+    in bytes (0: none; see the module doc; a backend without slot states keeps none).
     """
 
     def __init__(self, bundle: str | os.PathLike[str] | InferenceContext,
                  config: StreamConfig | None = None, *, sessions: int = 1,
                  parallel: int | Literal["auto"] | None = None, max_queue: int | None = None,
                  backend: str | None = None, cores: int | None = None,
-                 warm: bool = False) -> None:
+                 warm: bool = False, cache_bytes: int = 0) -> None:
         if sessions < 1:
             raise InvalidArgumentError(f"sessions must be >= 1, got {sessions}")
         if parallel is not None and parallel != "auto" and (
@@ -192,6 +157,10 @@ class SessionPool:
         self.warmup_seconds = 0.0
         if max_queue is not None and max_queue < 0:
             raise InvalidArgumentError(f"max_queue must be >= 0, got {max_queue}")
+        if cache_bytes < 0:
+            raise InvalidArgumentError(f"cache_bytes must be >= 0, got {cache_bytes}")
+        #: the slots' shared prompt cache (None: off)
+        self.prompt_cache = PromptCache(cache_bytes) if cache_bytes else None
         self.max_queue = max_queue if max_queue is not None else 4 * sessions
         self.config = serving_config(self._base)
         self._owns_context = not isinstance(bundle, InferenceContext)
@@ -288,10 +257,24 @@ class SessionPool:
 
     def _open_slot(self, slot: Slot, config: StreamConfig) -> None:
         if slot.stream is not None:
+            self._keep_state(slot.stream)
             slot.stream.close()
             slot.stream = None
-        slot.stream = open_stream(self.context, config, backend=self._backend_request)
+        slot.stream = stream = open_stream(self.context, config, backend=self._backend_request)
+        if stream.session.capabilities.slots:
+            stream.prompt_cache = self.prompt_cache
         slot.config, slot.key, slot.text = config, session_key(config), ""
+
+    def _keep_state(self, stream: Stream) -> None:
+        """Save the conversation a session holds into the prompt cache before the session is
+        closed (reopened with other settings); nothing when there is no cache or no state."""
+        cache, session = stream.prompt_cache, stream.session
+        if cache is None or session.closed or not session.n_past or session.cancelled:
+            return
+        try:
+            cache.store(session.save_slot())
+        except ElizaError as exc:
+            log.debug("slot %s: state not kept in the prompt cache: %s", stream.backend, exc)
 
     def begin_shutdown(self, grace: float) -> None:
         """Take no new requests (waiting ones get :class:`PoolClosedError`); after ``grace``
@@ -366,6 +349,22 @@ class SessionPool:
         slot.lease = lease
         return lease
 
+    def lease_slot(self, index: int) -> Lease:
+        """A lease on slot ``index`` now (the ``/slots`` actions): :class:`InvalidArgumentError`
+        when there is no such slot, :class:`SessionBusyError` while it serves a request,
+        :class:`PoolClosedError` when shutting down. Call from the event loop."""
+        if self._draining or self._closed:
+            raise PoolClosedError("the server is shutting down")
+        if not 0 <= index < len(self.slots):
+            raise InvalidArgumentError(f"no slot {index}: this server has slots 0 to "
+                                       f"{len(self.slots) - 1}")
+        slot = self.slots[index]
+        if slot.busy or slot.stream is None or slot.config is None:
+            raise SessionBusyError(f"slot {index} is serving a request; retry when it is idle")
+        slot.busy, slot.last_used = True, time.monotonic()
+        slot.lease = lease = Lease(self, slot, slot.config)
+        return lease
+
     def _pick(self, text: str, key: SessionKey) -> Slot | None:
         best: Slot | None = None
         best_score: tuple[int, float, int] | None = None
@@ -421,6 +420,7 @@ class SessionPool:
             tokens_window_s=self.throughput.window,
             completion_tokens=self.throughput.total,
             batch=None if batch is None else batch.summary(), draft=self._draft_totals(),
+            prompt_cache=None if self.prompt_cache is None else self.prompt_cache.stats(),
             steps_after_cancel=list(self.steps_after_cancel),
             slots=[{"index": s.index, "busy": s.busy, "served": s.served,
                     "n_past": s.stream.session.n_past if s.stream is not None else 0,

@@ -115,13 +115,31 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+#: The prompt cache's bound, as llama-server's ``--cache-ram`` default (8 GiB), but never more
+#: than an eighth of the host's memory: this library also runs on laptops beside the model.
+MAX_DEFAULT_CACHE_MIB = 8192
+
+
+def default_cache_mib() -> int:
+    """``serve``'s default ``--cache-ram`` in MiB: an eighth of the physical memory, at most
+    :data:`MAX_DEFAULT_CACHE_MIB` (1024 when the memory size is unknown). The cache holds
+    only what evicted conversations left, so it grows to the bound only under that load."""
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return 1024
+    return max(1, min(MAX_DEFAULT_CACHE_MIB, (total >> 20) // 8))
+
+
 def serve(bundle: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 8000,
           backend: str | None = None, sessions: int | None = None,
           parallel: int | Literal["auto"] | None = None, queue: int | None = None,
           config: StreamConfig | None = None, model: str | None = None, grace: float = 10.0,
           log_format: LogFormat = "text", log_level: str = "info",
           out: IO[str] | None = None, allow_media_files: bool = False,
-          api_key: str | None = None, warm: bool = True) -> int:
+          api_key: str | None = None, warm: bool = True,
+          cache_ram: int | None = None,
+          slot_save_path: str | os.PathLike[str] | None = None) -> int:
     """Serve ``bundle`` until interrupted; returns the exit status (0 after a graceful
     shutdown). ``parallel`` concurrent generations batched in one runtime context, or
     ``sessions`` independent ones, over one model load (neither: ``parallel="auto"``; see
@@ -132,7 +150,9 @@ def serve(bundle: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int 
     ``api_key``: every request but ``/health`` must send it (see
     :mod:`~eliza_backends.server.auth`); without one, a ``host`` beyond loopback is warned
     about at startup; ``warm``: warm the runtime contexts up before listening (see
-    :mod:`~eliza_backends.server.warmup`).
+    :mod:`~eliza_backends.server.warmup`); ``cache_ram``: the prompt cache's bound in MiB
+    (0: off; None: :func:`default_cache_mib`); ``slot_save_path``: the folder of the
+    ``/slots`` endpoints' files (:mod:`~eliza_backends.server.slot_files`).
     Raises :class:`ElizaError` when the bundle cannot be served (or both ``sessions`` and
     ``parallel`` are over 1) and ``OSError`` when the address is taken. A ``config`` with a
     drafter speculates on every session (``drafter="mtp"`` without ``parallel`` or
@@ -141,6 +161,7 @@ def serve(bundle: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int 
     configure_logging(log_format, log_level)
     if parallel is None and sessions is None:  # MTP needs a context of its own: 1 session
         parallel = None if config is not None and config.drafter == "mtp" else "auto"
+    cache_mib = default_cache_mib() if cache_ram is None else cache_ram
     embedding = bundle_embedding(bundle, backend=backend)  # registry discovery: before the thread
     import_web_stack()
     if embedding is not None:
@@ -151,7 +172,8 @@ def serve(bundle: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int 
         pool = None
     else:
         service = pool = SessionPool(bundle, config, sessions=sessions or 1, parallel=parallel,
-                                     max_queue=queue, backend=backend, warm=warm)
+                                     max_queue=queue, backend=backend, warm=warm,
+                                     cache_bytes=cache_mib << 20)
     try:
         service.open()
         if pool is not None and pool.warmup_seconds:
@@ -166,21 +188,23 @@ def serve(bundle: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int 
         shown = f"[{host}]" if ":" in host else host
         how = (f"{pool.batching}, context {pool.context_size}" if pool is not None else
                f"embeddings, inputs up to {service.context_size} tokens")
+        cache = "" if pool is None else \
+            f", prompt cache {f'{cache_mib} MiB' if pool.prompt_cache else 'off'}"
         announce = (f"eliza-backends serve: http://{shown}:{bound}/v1  model {name} on "
-                    f"{service.backend}, {how}, "
-                    f"queue {service.max_queue}{', API key required' if api_key else ''}; "
+                    f"{service.backend}, {how}, queue {service.max_queue}"
+                    f"{cache}{', API key required' if api_key else ''}; "
                     "Ctrl-C to stop")
         warning = exposure_warning(host, api_key)
         if warning:
             logging.getLogger("eliza_backends.server").warning("%s", warning)
         media = MediaLimits(allow_files=True) if allow_media_files else None
         run_server(service, sock, model=name, announce=announce, out=out, grace=grace,
-                   media=media, api_key=api_key)
+                   media=media, api_key=api_key, slot_save_path=slot_save_path)
     finally:
         service.close()
     print("eliza-backends serve: stopped", file=out, flush=True)
     return 0
 
 
-__all__ = ["JsonLogFormatter", "LogFormat", "bind", "configure_logging", "import_web_stack",
-           "missing_extra", "serve"]
+__all__ = ["MAX_DEFAULT_CACHE_MIB", "JsonLogFormatter", "LogFormat", "bind", "configure_logging",
+           "default_cache_mib", "import_web_stack", "missing_extra", "serve"]

@@ -3,17 +3,31 @@
 On an :class:`~eliza_backends.InferenceContext` made with ``parallel=N``, the sessions with the
 same model and context settings share one :class:`BatchEngine`: a ``llama_context`` of ``N``
 sequences (``n_seq_max = N``), each with a KV cache of its own of ``context_size`` cells
-(``kv_unified = false``, as llama-server's ``-np N``). **Batch invariance**: a sequence's cells
-then sit exactly where they would if it were alone, so its attention sums run in the same order
-and a batched greedy reply equals the same request served alone (SmolLM2 Q4_1, 8 concurrent
-chat requests, 3 bursts: 24/24 equal; with one unified cache of ``N * context_size`` cells,
-where a sequence's cells fall among the others', 14/24). The option ``kv_unified=True`` keeps
-the unified cache (a copied prefix then shares cells instead of being copied). Each session
-owns one sequence id (a :class:`SharedLane`) and asks the engine's
-:class:`~eliza_backends.backend.StepScheduler` for its decodes; the scheduler puts every
-sequence that wants tokens into one ``llama_decode`` per step and cuts long prefills into pieces
-that ride along with the running decodes. Sampling, stop tokens, constraints, logprobs and
-drafting stay with each session (they run in the decode's callback, on its own rows).
+(``kv_unified = false``, as llama-server's ``-np N``): a sequence's cells sit exactly where
+they would if it were alone (with one unified cache, where a sequence's cells fall among the
+others', SmolLM2 Q4_1 kept 14 of 24 batched chat replies equal to the solo ones; the option
+``kv_unified=True`` keeps it, and a copied prefix then shares cells instead of being copied).
+Each session owns one sequence id (a :class:`SharedLane`) and asks the engine's
+:class:`~eliza_backends.backend.StepScheduler` for its decodes.
+
+**Batch invariance** (option ``batch_invariant``; by default on for weights whose matmul kernel
+changes between one row and two, :func:`batch_invariant`): each step, one
+``llama_decode``, carries one sequence's tokens, the sequences taking turns, and a long prefill
+goes in pieces of the batch size from its start, as a lone context cuts it. llama.cpp's CPU
+kernels choose their path by the batch's shape (llamafile's tinyBLAS for f32/f16/bf16/Q8_0/
+Q4_0/Q5_0/IQ4_NL weights from 2 rows, ``vec_dot`` for 1; the tiled K-quant/IQ matmul from 8
+rows; flash attention tiled from 64 rows of one sequence, split over the KV cells for one row
+alone of >= 512 cells), so a row decoded beside other sequences' rows rounds differently and a
+greedy reply leaves its solo one at a near-tie (gemma4-mm-tiny, f32: a 0.0009-nat tie flipped
+in one of three prompts, every run; Gemma 3 Q4_K_M: 15 of 24 equal). One sequence per step
+meets exactly the kernels it meets alone: every reply equals its solo reply bit for bit.
+Quantized weights other than Q4_0/Q5_0/Q8_0/IQ4_NL take ``vec_dot`` or a kernel whose decode
+rows measured bit-identical beside 1-7 other sequences, so they share steps by default.
+With ``batch_invariant=False`` the scheduler puts every sequence that wants tokens into one
+``llama_decode`` per step and cuts long prefills into pieces that ride along with the running
+decodes: the throughput of continuous batching, with that rounding. Sampling, stop tokens,
+constraints, logprobs and drafting stay with each session (they run in the decode's
+callback, on its own rows).
 
 Every other call on the shared context (dropping a sequence's positions, copying a prefix,
 saving or loading a sequence's state) runs between steps (``scheduler.exclusive()``).
@@ -34,8 +48,13 @@ or a few-shot header is decoded once. The engine keeps every sequence's cached t
 that (updated only when a decode succeeded, cut when positions are dropped), copies only
 whole positions ``0..k-1`` of a sequence that still holds all of them (a sliding-window cache
 that pruned old positions is never copied from), and always decodes at least the last prompt
-token (its logits are needed). Models with recurrent state do not share. A sequence's slot
-state is kept in one-stream form whatever the layout (:mod:`eliza_llamacpp.kv_streams`).
+token (its logits are needed). Models with recurrent state do not share. With
+``batch_invariant`` a copy must also be what a lone context would compute: only into a
+sequence that starts at position 0, and only the source's first whole batches from position 0
+(a lone context decodes a longer prompt in those same pieces; a shorter piece's rows took other
+kernels), so a shared system prompt shorter than the batch size is decoded by each sequence.
+A sequence's slot state is kept in one-stream form whatever the layout
+(:mod:`eliza_llamacpp.kv_streams`).
 """
 
 from __future__ import annotations
@@ -43,7 +62,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import llama_cpp as lc
 
@@ -59,7 +78,7 @@ from eliza_backends.backend import Piece, StepScheduler, cpu_count
 from .kv_streams import to_one_stream, to_streams
 from .lane import TargetLinkedDrafter
 from .llama_context import Outputs, load_seq, new_context, save_seq
-from .model import LoadedModel, use_extra_buffers
+from .model import ROW_SENSITIVE_FILE_TYPES, LoadedModel, file_type, use_extra_buffers
 from .options import LlamaCppOptions
 
 R = TypeVar("R")
@@ -84,13 +103,19 @@ class BatchEngine:
         #: Positions one sequence may use (the sessions' context window).
         self.n_ctx_seq = config.context_size
         self._batch: Any = lc.llama_batch_init(self.n_batch, 0, 1)
-        self.scheduler = StepScheduler(self._decode, self.n_batch)
+        #: One sequence per ``llama_decode`` (batch invariance; module docstring).
+        self.invariant = batch_invariant(model, options)
+        self.scheduler = StepScheduler(self._decode, self.n_batch,
+                                       max_sequences=1 if self.invariant else None)
         #: The one thread every ``llama_decode`` of this context runs on (module docstring).
         self._decoder = ThreadPoolExecutor(1, thread_name_prefix="eliza-llamacpp-decode")
         self._lock = threading.Lock()  # the sequence ids
         self._free = list(range(parallel))
         #: Each live sequence's cached tokens (positions 0..len-1), for shared prefixes.
         self.cached: dict[int, list[int]] = {}
+        #: Each live sequence's decoded pieces (start, length) in order, from position 0 (a
+        #: negative length: positions a lone context may compute otherwise, as media).
+        self.pieces: dict[int, list[tuple[int, int]]] = {}
         self._share = not (lc.llama_model_is_recurrent(model.ptr)
                            or lc.llama_model_is_hybrid(model.ptr))
         #: Streams of the KV state a sequence's slot is converted from and to (one per
@@ -117,6 +142,7 @@ class BatchEngine:
                     f"a stream first, or make the InferenceContext with a larger parallel")
             seq = self._free.pop(0)
             self.cached[seq] = []
+            self.pieces[seq] = []
         return SharedLane(self, seq)
 
     def release(self, seq: int) -> None:
@@ -126,10 +152,12 @@ class BatchEngine:
             with self.scheduler.exclusive():
                 lc.llama_memory_seq_rm(self.mem, seq, -1, -1)
                 self.cached[seq] = []
+                self.pieces[seq] = []
         except SessionClosedError:
             pass  # the context is gone with everything in it
         with self._lock:
             self.cached.pop(seq, None)
+            self.pieces.pop(seq, None)
             if seq not in self._free:
                 self._free.append(seq)
 
@@ -141,8 +169,10 @@ class BatchEngine:
     def share_prefix(self, seq: int, tokens: Sequence[int], start: int) -> int:
         """Copy the longest prefix of ``cached[seq] + tokens`` (beyond ``start``, short of its
         last token) that another sequence holds into ``seq``; returns the new start. Call
-        under ``scheduler.exclusive()``."""
-        if not self._share:
+        under ``scheduler.exclusive()``. With ``batch_invariant`` only into a sequence that
+        starts from position 0, and only the whole pieces a lone context would decode the
+        same (:meth:`_solo_pieces`): the cells are then bit for bit the ones it would compute."""
+        if not self._share or (self.invariant and start):
             return start
         mine = self.cached[seq]
         if len(mine) != start:
@@ -154,6 +184,8 @@ class BatchEngine:
             if other == seq or len(held) <= best:
                 continue
             n = _common_prefix(held, full, limit)
+            if self.invariant:
+                n = self._solo_pieces(other, n)
             if n > best and lc.llama_memory_seq_pos_min(self.mem, other) == 0:
                 best, src = n, other
         if src < 0:
@@ -164,8 +196,28 @@ class BatchEngine:
             lc.llama_memory_seq_cp(self.mem, src, seq, -1, -1)
             lc.llama_memory_seq_rm(self.mem, seq, best, -1)
         mine.extend(full[start:best])
+        self.pieces[seq] = list(self.pieces[src])
+        self.cut_pieces(seq, best)
         self.prefill_copied += best - start
         return best
+
+    def _solo_pieces(self, seq: int, n: int) -> int:
+        """The end (<= ``n``) of ``seq``'s first pieces that are whole batches from position
+        0, ``[0, B), [B, 2B), ...``: the pieces a lone context decodes a longer prompt in, so
+        their cells are its cells. A shorter piece is left out: its rows took other kernels
+        (module docstring)."""
+        end = 0
+        for start, length in self.pieces[seq]:
+            if start != end or length != self.n_batch or end + length > n:
+                break
+            end += length
+        return end
+
+    def cut_pieces(self, seq: int, p0: int) -> None:
+        """Forget ``seq``'s pieces from position ``p0`` (a piece cut short no longer counts
+        as whole)."""
+        self.pieces[seq] = [(a, n if a + n <= p0 else -(p0 - a))
+                            for a, n in self.pieces[seq] if a < p0]
 
     # ------------------------------------------------------------------ steps
 
@@ -191,6 +243,8 @@ class BatchEngine:
             raise BackendRuntimeError(
                 f"llama_decode failed with status {status} on a batch of {len(pieces)} "
                 "sequences" + (" (no KV slot: the shared cache is full)" if status == 1 else ""))
+        for piece in pieces:
+            self.pieces[cast(int, piece.seq)].append((piece.start, len(piece.tokens)))
 
     def _decode_on_own_thread(self, batch: Any) -> int:
         """``llama_decode(ctx, batch)`` on the decoding thread. Returns only once the decode has
@@ -235,6 +289,17 @@ def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
     return n
 
 
+def batch_invariant(model: LoadedModel, options: LlamaCppOptions) -> bool:
+    """Whether ``model``'s batched context decodes one sequence per ``llama_decode``: the
+    ``batch_invariant`` option when given, else True for weights whose matmul kernel changes
+    between one row and two (:data:`~eliza_llamacpp.model.ROW_SENSITIVE_FILE_TYPES`, and a
+    file that does not say), False for the others (module docstring)."""
+    if options.batch_invariant is not None:
+        return options.batch_invariant
+    kind = file_type(model)
+    return kind is None or kind in ROW_SENSITIVE_FILE_TYPES
+
+
 def shared_engine(context: InferenceContext, model: LoadedModel, config: StreamConfig,
                   options: LlamaCppOptions) -> BatchEngine:
     """The engine of ``context`` for ``model`` and the settings that must match to share one
@@ -244,7 +309,7 @@ def shared_engine(context: InferenceContext, model: LoadedModel, config: StreamC
     key = ("llama.cpp-batched", str(model.path), config.threads or cpu_count(),
            config.context_size, config.batch_size, options.n_ubatch, options.flash_attention,
            options.kv_cache_type, options.n_gpu_layers, use_extra_buffers(options),
-           options.kv_unified, context.parallel)
+           options.kv_unified, options.batch_invariant, context.parallel)
     engine = context.shared(key, lambda: BatchEngine(model, config, options, context.parallel),
                             BatchEngine.close)
     context.track_scheduler(engine.scheduler)
@@ -267,7 +332,10 @@ class SharedLane:
         self.ctx: Any = engine.ctx
         self.n_batch = engine.n_batch
         self.n_ctx = engine.n_ctx_seq
-        self.draft_cap = max(1, (engine.n_batch - 1) // engine.parallel - 1)
+        #: (a step of one sequence verifies as a lone context does; shared steps leave room
+        #: for every sequence's verify)
+        self.draft_cap = engine.n_batch - 1 if engine.invariant else \
+            max(1, (engine.n_batch - 1) // engine.parallel - 1)
         self.scheduler: StepScheduler | None = engine.scheduler
         self._closed = False
 
@@ -299,6 +367,8 @@ class SharedLane:
             cached = engine.cached[seq]
             del cached[start:]
             cached.extend([mark] * (end - start))
+            engine.cut_pieces(seq, start)
+            engine.pieces[seq].append((start, start - end))
         return end
 
     def drop(self, p0: int) -> bool:
@@ -306,6 +376,7 @@ class SharedLane:
         engine = self.engine
         with engine.scheduler.exclusive():
             del engine.cached[self.seq][p0:]
+            engine.cut_pieces(self.seq, p0)
             return bool(lc.llama_memory_seq_rm(engine.mem, self.seq, p0, -1))
 
     def clear(self) -> None:
@@ -319,6 +390,12 @@ class SharedLane:
         with engine.scheduler.exclusive():
             return int(lc.llama_memory_seq_pos_max(engine.mem, self.seq))
 
+    def pos_min(self) -> int:
+        """See :meth:`eliza_llamacpp.lane.Lane.pos_min`."""
+        engine = self.engine
+        with engine.scheduler.exclusive():
+            return int(lc.llama_memory_seq_pos_min(engine.mem, self.seq))
+
     def save(self) -> bytes:
         """See :meth:`eliza_llamacpp.lane.Lane.save`."""
         engine = self.engine
@@ -326,12 +403,13 @@ class SharedLane:
             state = save_seq(engine.ctx, self.seq)
         return to_one_stream(state, engine.slot_streams, self.seq)
 
-    def load(self, state: bytes, tokens: Sequence[int]) -> bool:
+    def load(self, state: bytes | memoryview, tokens: Sequence[int]) -> bool:
         """See :meth:`eliza_llamacpp.lane.Lane.load`."""
         engine, seq = self.engine, self.seq
         with engine.scheduler.exclusive():
             cached = engine.cached[seq]
             cached.clear()
+            engine.pieces[seq] = []  # (loaded cells: not known to be a lone context's)
             lc.llama_memory_seq_rm(engine.mem, seq, -1, -1)
             if not load_seq(engine.ctx, seq, to_streams(state, engine.slot_streams)):
                 lc.llama_memory_seq_rm(engine.mem, seq, -1, -1)

@@ -39,14 +39,15 @@ def to_one_stream(state: bytes, n_stream: int, stream: int) -> bytes:
     return head + _U32.pack(1) + cache[len(lead):len(cache) - len(tail)]  # (empty: [1, 0])
 
 
-def to_streams(state: bytes, n_stream: int) -> bytes:
+def to_streams(state: bytes | memoryview, n_stream: int) -> bytes | memoryview:
     """``state`` in one stream (of a model with one KV cache) as an ``n_stream`` state (its
     cells in stream 0: llama.cpp loads a sequence's cells into that sequence's own stream,
     whichever the state names);
     ``state`` unchanged when it is not a one-stream state."""
     if n_stream <= 1 or len(state) < HEAD + 8 or _U32.unpack_from(state, HEAD)[0] != 1:
         return state
-    return state[:HEAD] + _U32.pack(n_stream) + state[HEAD + 4:] + _ZERO * (n_stream - 1)
+    return b"".join((state[:HEAD], _U32.pack(n_stream), state[HEAD + 4:],
+                     _ZERO * (n_stream - 1)))
 
 
 __all__ = ["HEAD", "to_one_stream", "to_streams"]

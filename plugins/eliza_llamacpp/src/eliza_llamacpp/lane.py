@@ -96,11 +96,16 @@ class Lane(Protocol):
         """The last position the sequence holds (-1: none)."""
         ...
 
+    def pos_min(self) -> int:
+        """The first position the sequence holds (-1: none; above 0 when a sliding-window
+        cache holds only the window's last positions, as after restoring a saved state)."""
+        ...
+
     def save(self) -> bytes:
         """The sequence's state (``llama_state_seq_get_data``); b"" when llama.cpp fails."""
         ...
 
-    def load(self, state: bytes, tokens: Sequence[int]) -> bool:
+    def load(self, state: bytes | memoryview, tokens: Sequence[int]) -> bool:
         """Replace the sequence by a saved state holding ``tokens``; False when llama.cpp
         refuses it (the sequence is then empty)."""
         ...

@@ -91,17 +91,22 @@ def fill_batch(batch: Any, tokens: list[int], start: int, outputs: Outputs) -> N
 
 
 def save_seq(ctx: Any, seq: int) -> bytes:
-    """Sequence ``seq``'s state in ``ctx`` (b"" when llama.cpp writes nothing)."""
+    """Sequence ``seq``'s state in ``ctx`` (b"" when llama.cpp writes nothing). One copy of
+    the state besides llama.cpp's own write (slicing the ctypes array would build a list of
+    Python ints: a second per 20 MB)."""
     size = lc.llama_state_seq_get_size(ctx, seq)
-    buf = (ctypes.c_uint8 * size)()
+    area = bytearray(size)  # calloc'd: pages are touched only by llama.cpp's write
+    buf = (ctypes.c_uint8 * size).from_buffer(area)
     written = lc.llama_state_seq_get_data(ctx, buf, size, seq)
-    return bytes(buf[:written])
+    del buf  # (the bytearray cannot be sliced into bytes while an export holds it)
+    return bytes(memoryview(area)[:written])
 
 
-def load_seq(ctx: Any, seq: int, state: bytes) -> bool:
+def load_seq(ctx: Any, seq: int, state: bytes | memoryview) -> bool:
     """Load a saved sequence state into sequence ``seq`` of ``ctx`` (which must be empty)."""
-    buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
-    return bool(lc.llama_state_seq_set_data(ctx, buf, len(state), seq))
+    size = len(state)
+    buf = (ctypes.c_uint8 * size).from_buffer_copy(state)
+    return bool(lc.llama_state_seq_set_data(ctx, buf, size, seq))
 
 
 __all__ = ["Outputs", "fill_batch", "load_seq", "new_context",

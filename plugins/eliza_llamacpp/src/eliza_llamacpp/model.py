@@ -241,6 +241,21 @@ def architecture(model: LoadedModel) -> str:
     return buf.value.decode("utf-8", "replace") if n >= 0 else ""
 
 
+#: ``general.file_type`` values (llama.cpp's ``llama_ftype``) whose matmuls take llamafile's
+#: tinyBLAS from 2 rows and ``vec_dot`` for 1: f32, f16, Q4_0, Q8_0, Q5_0, IQ4_NL, bf16.
+ROW_SENSITIVE_FILE_TYPES = frozenset({0, 1, 2, 7, 8, 25, 32})
+
+
+def file_type(model: LoadedModel) -> int | None:
+    """The loaded model's ``general.file_type`` (``llama_ftype``), None when it has none."""
+    buf = ctypes.create_string_buffer(16)
+    n = lc.llama_model_meta_val_str(model.ptr, b"general.file_type", buf, len(buf))
+    try:
+        return int(buf.value) if n > 0 else None
+    except ValueError:
+        return None
+
+
 def pools(model: LoadedModel) -> bool:
     """Whether the loaded model's metadata names a pooling type (``<arch>.pooling_type`` 1-3:
     mean, CLS, last): an embedding model. A lookup in the loaded metadata, where the same
@@ -252,5 +267,6 @@ def pools(model: LoadedModel) -> bool:
     return n > 0 and buf.value.strip() in (b"1", b"2", b"3")
 
 
-__all__ = ["RUNTIME", "LoadedModel", "architecture", "free_model", "load_model", "pools",
+__all__ = ["ROW_SENSITIVE_FILE_TYPES", "RUNTIME", "LoadedModel", "architecture", "file_type",
+           "free_model", "load_model", "pools",
            "shared_model", "use_extra_buffers"]

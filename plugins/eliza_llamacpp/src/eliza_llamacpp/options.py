@@ -39,11 +39,22 @@ class LlamaCppOptions(FrozenModel):
     kv_unified: bool = Field(
         False, description="A batched context (parallel > 1) keeps one KV cache for all its "
         "sequences (True) or one per sequence (False, the default, as llama-server's "
-        "-np N). Per-sequence caches lay every sequence out as it is alone, so a batched "
-        "greedy reply equals the same request served alone; a unified cache places a "
-        "sequence's cells among the others', its attention sums round differently and "
-        "replies drift at near-ties. A unified cache shares a copied prefix's cells; "
-        "per-sequence ones copy the source's cache.")
+        "-np N). Per-sequence caches lay every sequence out as it is alone (which "
+        "batch_invariant needs); a unified cache places a sequence's cells among the others', "
+        "its attention sums round differently and replies drift at near-ties. A unified "
+        "cache shares a copied prefix's cells; per-sequence ones copy the source's cache.")
+    batch_invariant: bool | None = Field(
+        None, description="A batched context (parallel > 1) gives each llama_decode one "
+        "sequence's tokens (True), so with per-sequence KV caches every greedy reply equals "
+        "the same request served alone, bit for bit, on any weights (the sequences take "
+        "turns: no batching gain); or puts every sequence that wants tokens into one "
+        "llama_decode (False: continuous batching). Default (None): True for weights whose "
+        "matmul kernel changes between one row and two (llama.cpp's general.file_type f32, "
+        "f16, bf16, Q8_0, Q4_0, Q5_0, IQ4_NL: llamafile's tinyBLAS from 2 rows, vec_dot for "
+        "1), False for the others (Q4_1, Q5_1, K-quants, IQ-quants), whose decode rows "
+        "measured bit-identical beside 1-7 other sequences (SmolLM2 Q4_1: 24 of 24 batched "
+        "replies equal their solo ones; Gemma 3 Q4_K_M: 22 of 24, the residual from prefix "
+        "reuse, not load; docs/guides/openai-server.md measures both modes).")
     extra_buffers: bool | None = Field(
         None, description="llama.cpp's extra CPU buffer types (AMX / repacked weights). Default: "
         "on, except on CPUs with AMX, where llama-cpp-python 0.3.36's AMX matmul segfaults on "

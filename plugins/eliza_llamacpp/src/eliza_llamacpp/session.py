@@ -83,6 +83,8 @@ class LlamaCppSession(Session):
         decode. ``media``: images / audio through the bundle's projector (not with a linked
         drafter, which would not see the media's positions)."""
         self._model = model
+        #: the sliding window of the model's SWA layers (0: none; see _state_min_keep)
+        self._n_swa = int(lc.llama_model_n_swa(model.ptr))
         self._media = media if linked is None else None
         # speculative rounds with sampling go through the core's numpy sampler (the standard
         # acceptance rule needs the target's probabilities)
@@ -379,6 +381,8 @@ class LlamaCppSession(Session):
         # cached positions below n_past hold history tokens, everything past n_keep goes
         kv, lane = self._cursor, self._lane
         kv.n_kv = lane.pos_max() + 1
+        if not self._window_holds(min(n_keep, kv.n_kv)):
+            return False  # a restored sliding-window cache lacks the window before n_keep
         kv.truncate(self._sequence, n_keep)
         self._saved = None
         lane.idle()
@@ -401,6 +405,23 @@ class LlamaCppSession(Session):
             raise SlotError("llama.cpp could not serialise the sequence state")
         return struct.pack("<I", self._cursor.n_kv) + state
 
+    def _window_holds(self, n: int) -> bool:
+        """Whether the sequence can decode position ``n`` after its cache is cut there: a
+        sliding-window layer attends to the ``n_swa - 1`` positions before it, so they must
+        all be held (llama.cpp's saved state of a sequence keeps only the window's last
+        positions of its SWA cache, so a restored one starts past 0)."""
+        if not self._n_swa or n <= 0:
+            return True
+        low = self._lane.pos_min()
+        return low <= 0 or low + self._n_swa - 1 <= n
+
+    def _state_min_keep(self) -> int:
+        if not self._n_swa:
+            return 0
+        n_kv = self._cursor.n_kv  # the state llama.cpp writes drops the masked positions
+        first = max(self._lane.pos_min(), n_kv - self._n_swa)
+        return 0 if first <= 0 else first + self._n_swa - 1
+
     def _restore_state(self, payload: bytes, tokens: list[int]) -> None:
         if len(payload) < 4:
             raise SlotError("slot payload is too short for a llama.cpp state")
@@ -408,7 +429,7 @@ class LlamaCppSession(Session):
         if not 1 <= n_kv <= len(tokens):
             raise SlotError(f"slot says {n_kv} cached tokens for a history of {len(tokens)}")
         self._saved = None
-        if not self._lane.load(payload[4:], tokens[:n_kv]):
+        if not self._lane.load(memoryview(payload)[4:], tokens[:n_kv]):
             self._reset()
             raise SlotError("llama.cpp refused the saved state (a different context size or "
                             "model configuration?); prefill again")

@@ -133,11 +133,15 @@ class SoloLane:
         """See :meth:`eliza_llamacpp.lane.Lane.pos_max`."""
         return int(lc.llama_memory_seq_pos_max(self.mem, 0))
 
+    def pos_min(self) -> int:
+        """See :meth:`eliza_llamacpp.lane.Lane.pos_min`."""
+        return int(lc.llama_memory_seq_pos_min(self.mem, 0))
+
     def save(self) -> bytes:
         """See :meth:`eliza_llamacpp.lane.Lane.save`."""
         return save_seq(self.ctx, 0)
 
-    def load(self, state: bytes, tokens: Sequence[int]) -> bool:
+    def load(self, state: bytes | memoryview, tokens: Sequence[int]) -> bool:
         """See :meth:`eliza_llamacpp.lane.Lane.load`."""
         self.clear()
         return load_seq(self.ctx, 0, state)
