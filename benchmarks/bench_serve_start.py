@@ -1,7 +1,7 @@
 """Server start-up: from spawning a server process to its first answered request (issue 42).
 
     python benchmarks/bench_serve_start.py [--gguf PATH] [--repeat 5] [--threads 1]
-        [--llama-server PATH] [--max-tokens 1] [--json OUT.json]
+        [--llama-server PATH] [--max-tokens 1] [--baseline CHECKOUT] [--json OUT.json]
 
 Contenders, all on the same GGUF (greedy, a 2048-token context, ``--threads`` threads):
 
@@ -13,6 +13,9 @@ Contenders, all on the same GGUF (greedy, a 2048-token context, ``--threads`` th
 - ``llama-server -np 1``: llama.cpp's own server (``benchmarks/build_llama_bench.sh
   llama-server``; ``--llama-server`` or found in ``$ELIZA_BENCH_CACHE`` / ``.bench-cache``),
   when built;
+- ``eliza serve --parallel 1 @baseline``: the first one on another checkout's core and plugins
+  (``--baseline``, e.g. ``git archive main src plugins``; run from ``PYTHONPATH``), for a
+  before / after in the same interleaved run;
 - ``minimal``: ``llama_cpp.Llama`` behind the standard library's ``http.server``: load, then
   listen; a ``POST`` tokenizes, evaluates and samples greedily (the least a Python server of
   this model can do; no OpenAI shapes, no validation, no streaming).
@@ -41,7 +44,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_cold_start import PROMPT, plain_bundle  # noqa: E402
+from bench_cold_start import PROMPT, plain_bundle, source_path  # noqa: E402
 from bench_server import find_llama_server, free_port  # noqa: E402
 from harness import ROOT, cell, format_table, interleave, summarize  # noqa: E402
 
@@ -94,9 +97,11 @@ def command(name: str, bundle: Path, gguf: Path, threads: int, port: int,
             llama_server: str | None) -> list[str]:
     """The command line that starts contender ``name`` on ``port``."""
     if name.startswith("eliza"):
-        cli = str(Path(sys.executable).with_name("eliza-backends"))
-        extra = ["--parallel", "1"] if name.endswith("--parallel 1") else []
-        return [cli, "serve", str(bundle), "--port", str(port), "--threads", str(threads),
+        cli = [str(Path(sys.executable).with_name("eliza-backends"))]
+        if name.endswith("@baseline"):  # the console script's code, from PYTHONPATH
+            cli = [sys.executable, "-m", "eliza_backends"]
+        extra = ["--parallel", "1"] if "--parallel 1" in name else []
+        return [*cli, "serve", str(bundle), "--port", str(port), "--threads", str(threads),
                 "--backend", "llama.cpp", "--context-size", "2048", "--model-name", "bench",
                 "--log-level", "warning", *extra]
     if name.startswith("llama-server"):
@@ -136,13 +141,18 @@ def first_answer(port: int, proc: subprocess.Popen[bytes], max_tokens: int,
 
 
 def run_once(name: str, bundle: Path, gguf: Path, threads: int, max_tokens: int,
-             llama_server: str | None) -> dict[str, Any]:
-    """One start: wall time from the spawn to the first answer, the server's CPU time."""
+             llama_server: str | None, baseline: Path | None = None) -> dict[str, Any]:
+    """One start: wall time from the spawn to the first answer, the server's CPU time
+    (``baseline``: the checkout a ``@baseline`` contender runs)."""
     port = free_port()
     load = os.getloadavg()[0]
+    env = dict(os.environ)
+    if name.endswith("@baseline") and baseline is not None:
+        env["PYTHONPATH"] = source_path(baseline)
     t0 = time.perf_counter()
     proc = subprocess.Popen(command(name, bundle, gguf, threads, port, llama_server),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT,
+                            env=env)
     try:
         text = first_answer(port, proc, max_tokens)
         wall = time.perf_counter() - t0
@@ -161,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--max-tokens", type=int, default=1)
     ap.add_argument("--llama-server", help="llama-server binary (default: the cached build)")
+    ap.add_argument("--baseline", type=Path, help="another checkout (`git archive main src "
+                    "plugins | tar -x -C DIR`): also start its `serve --parallel 1`")
     ap.add_argument("--json", type=Path, help="also write the report here")
     args = ap.parse_args(argv)
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # as after a pip install
@@ -178,18 +190,23 @@ def main(argv: list[str] | None = None) -> int:
     bundle = plain_bundle(args.gguf, cache)
     server = find_llama_server(args.llama_server)
     names = ["eliza serve --parallel 1", "eliza serve", "minimal"]
+    if args.baseline is not None:
+        names.insert(1, "eliza serve --parallel 1 @baseline")
     if server:
         names.append("llama-server -np 1")
 
     def run(name: str) -> dict[str, Any]:
-        return run_once(name, bundle, args.gguf, args.threads, args.max_tokens, server)
+        return run_once(name, bundle, args.gguf, args.threads, args.max_tokens, server,
+                        args.baseline)
 
     for name in names:  # warm-up: bytecode caches, the page cache
         run(name)
     runs = interleave(names, args.repeat, run)
     report: dict[str, Any] = {"gguf": str(args.gguf), "repeat": args.repeat,
                               "threads": args.threads, "max_tokens": args.max_tokens,
-                              "llama_server": server, "contenders": {}, "samples": runs}
+                              "llama_server": server, "contenders": {}, "samples": runs,
+                              "baseline": None if args.baseline is None else
+                              str(args.baseline)}
     for name, samples in runs.items():
         report["contenders"][name] = {k: summarize(s[k] for s in samples)
                                       for k in ("wall", "cpu", "load")}

@@ -3,6 +3,8 @@ empty, with fresh metrics, and the replies exactly as without it (real llama.cpp
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from conftest import TINY_BUNDLE
 
@@ -40,3 +42,24 @@ def test_a_warm_pool_opens_empty_sessions(kind: dict[str, int]) -> None:
                    for s in pool.slots)
     finally:
         pool.close()
+
+
+def test_the_warm_up_renders_the_chat_but_prefills_only_a_few_tokens() -> None:
+    """Issue 42: the whole rendered message (43 tokens on SmolLM2) was prefilled at every
+    start; a few tokens warm the runtime as well."""
+    from eliza_backends.server.warmup import WARMUP_TEXT, WARMUP_TOKENS
+
+    with open_stream(TINY_BUNDLE, backend="llama.cpp", **CFG) as stream:
+        rendered = stream.chat_tokens([{"role": "user", "content": WARMUP_TEXT}])
+        assert len(rendered) > WARMUP_TOKENS
+        prefilled: list[int] = []
+        prefill = stream.prefill
+
+        def counted(ids: Any) -> Any:
+            prefilled.append(len(ids))
+            return prefill(ids)
+
+        stream.prefill = counted  # type: ignore[method-assign,assignment]
+        assert warm_up(stream) > 0
+        assert prefilled == [WARMUP_TOKENS]
+        assert stream.session.n_past == 0

@@ -140,10 +140,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """``serve``: the OpenAI-compatible HTTP server (needs the server extra)."""
-    try:
-        from ..server.serve import serve
-    except ImportError as exc:
-        print(f"error: the server needs its extra ({exc.name} is missing): "
+    from ..server.serve import missing_extra, serve  # the web stack imports while it loads
+
+    missing = missing_extra()
+    if missing is not None:
+        print(f"error: the server needs its extra ({missing} is missing): "
               "pip install 'eliza-backends[server]'", file=sys.stderr)
         return EXIT_ERROR
     from ..config import StreamConfig

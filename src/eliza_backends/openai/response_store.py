@@ -14,9 +14,10 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .responses_types import Response
+if TYPE_CHECKING:
+    from .responses_types import Response
 
 #: Default bounds: how many responses, and how many bytes of them (their JSON), are kept.
 MAX_RESPONSES = 1024

@@ -45,7 +45,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -55,16 +55,10 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..media import MediaLimits
-from ..openai import anthropic_messages, chat, completions, responses
-from ..openai.anthropic_events import MessagesFormatter
-from ..openai.anthropic_types import MessagesRequest, TokenCount
-from ..openai.anthropic_types import error_body as anthropic_error_body
-from ..openai.embeddings import EmbeddingRequest
+from ..openai import chat, completions
 from ..openai.formatting import Formatter, Responder
 from ..openai.generation import Generation, GenerationJob
 from ..openai.response_store import ResponseStore
-from ..openai.responses_events import ResponsesFormatter
-from ..openai.responses_types import ResponseDeleted, ResponsesRequest
 from ..openai.types import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -75,10 +69,12 @@ from ..openai.types import (
 )
 from .api_errors import ApiError, api_error, sse
 from .auth import ApiKeyGuard
-from .embedding_service import EmbeddingService
 from .pool import Lease, SessionPool
 from .run import GenerationResponse, GenerationRun, starter
 from .slot_files import SlotFiles
+
+if TYPE_CHECKING:
+    from .embedding_service import EmbeddingService
 
 access_log = logging.getLogger("eliza_backends.server.access")
 
@@ -225,6 +221,10 @@ class OpenAIServer:
     async def responses(self, request: Request) -> Response:
         """``POST /v1/responses``: the Responses front-end (:mod:`eliza_backends.openai.responses`)
         over the same core, stored in :attr:`response_store` when ``store``."""
+        from ..openai import responses
+        from ..openai.responses_events import ResponsesFormatter
+        from ..openai.responses_types import ResponsesRequest
+
         try:
             req = validate_body(ResponsesRequest, await self._body(request))
             self._check_model(req.model)
@@ -247,6 +247,8 @@ class OpenAIServer:
                             "deleted, evicted, or the server restarted)",
                             param="response_id", code="not_found").response()
         if request.method == "DELETE":
+            from ..openai.responses_types import ResponseDeleted
+
             self.response_store.delete(response_id)
             return JSONResponse(ResponseDeleted(id=response_id).model_dump())
         return JSONResponse(entry.response.model_dump(exclude_none=True))
@@ -257,6 +259,11 @@ class OpenAIServer:
         """``POST /v1/messages``: Anthropic's Messages API
         (:mod:`eliza_backends.openai.anthropic_messages`) over the same core, with Anthropic's
         events and error bodies."""
+        from ..openai import anthropic_messages
+        from ..openai.anthropic_events import MessagesFormatter
+        from ..openai.anthropic_types import MessagesRequest
+        from ..openai.anthropic_types import error_body as anthropic_error_body
+
         try:
             req = validate_body(MessagesRequest, await self._body(request))
             self._check_model(req.model)
@@ -273,6 +280,10 @@ class OpenAIServer:
     async def count_tokens(self, request: Request) -> Response:
         """``POST /v1/messages/count_tokens``: the prompt's tokens as ``/v1/messages`` would
         prefill them (template, tools), tokenized on a leased session."""
+        from ..openai import anthropic_messages
+        from ..openai.anthropic_types import MessagesRequest, TokenCount
+        from ..openai.anthropic_types import error_body as anthropic_error_body
+
         try:
             req = validate_body(MessagesRequest, await self._body(request))
             self._check_model(req.model)
@@ -294,6 +305,8 @@ class OpenAIServer:
     async def create_embeddings(self, request: Request) -> Response:
         """``POST /v1/embeddings`` (:mod:`eliza_backends.openai.embeddings`) on the
         :class:`EmbeddingService`; a 400 on a server of a generation model."""
+        from ..openai.embeddings import EmbeddingRequest
+
         try:
             req = validate_body(EmbeddingRequest, await self._body(request))
             self._check_model(req.model)

@@ -12,7 +12,8 @@ leaks). The key is never logged: the access log records neither headers nor the 
 401's message does not repeat what was sent.
 
 :func:`exposure_warning` is the line a server bound beyond loopback without a key logs at
-startup.
+startup. The module imports no web framework at its top (``serve`` checks a key and warns
+before the model loads; the 401's response types are imported when one is sent).
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
-
-from starlette.responses import JSONResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from typing import TYPE_CHECKING
 
 from ..errors import InvalidArgumentError
-from ..openai.anthropic_types import error_body
-from .api_errors import ApiError
+
+if TYPE_CHECKING:
+    from starlette.responses import Response
+    from starlette.types import ASGIApp, Receive, Scope, Send
 
 #: The environment variable ``eliza-backends serve`` reads the key from when ``--api-key`` is
 #: not given (a command line is visible to every user of the machine in ``ps``; the
@@ -92,6 +93,11 @@ class ApiKeyGuard:
         message = ("the API key is not valid for this server" if sent else
                    "this server needs an API key: send it as 'Authorization: Bearer KEY' "
                    "(OpenAI clients: api_key=KEY) or 'x-api-key: KEY'")
+        from starlette.responses import JSONResponse  # imported by the app already
+
+        from ..openai.anthropic_types import error_body
+        from .api_errors import ApiError
+
         headers = {"WWW-Authenticate": "Bearer"}
         if scope.get("path", "").startswith(ANTHROPIC_PATHS):  # Anthropic's clients read theirs
             response: Response = JSONResponse(error_body(401, message), 401, headers=headers)

@@ -1,8 +1,12 @@
 """Run the server: :func:`serve` is ``eliza-backends serve``.
 
-The model loads and every session opens before the socket is served, so a bundle that cannot
-be served fails at once with its ``ELIZA_*`` error. Then one line on stdout says where the API
-is, which backend serves which model, and how its sessions run (batched or not)::
+The model loads and every session opens (and warms up) before the socket is bound, so a bundle
+that cannot be served fails at once with its ``ELIZA_*`` error. The web stack (uvicorn,
+Starlette, pydantic, the request models: :mod:`~eliza_backends.server.listen`) imports on a
+thread meanwhile (:func:`import_web_stack`): the load is mostly native code that releases the
+GIL, so the two overlap and start-up takes about the longer of them, not their sum. Then one
+line on stdout says where the API is, which backend serves which model, and how its sessions
+run (batched or not)::
 
     eliza-backends serve: http://127.0.0.1:8000/v1  model tiny on llama.cpp, continuous
     batching: 8 sequences share one llama.cpp context (2 threads), context 2048, queue 32 ...
@@ -21,37 +25,26 @@ the access fields included).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
-import math
 import os
-import signal
 import socket
 import sys
+import threading
 import time
-from collections.abc import Iterator, Sequence
-from types import FrameType
-from typing import IO, Any, Literal
-
-import uvicorn
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 from ..config import StreamConfig
 from ..media import MediaLimits
 from ..openai.embedder import bundle_embedding
 from ..serving import model_name
-from .app import create_app
-from .auth import exposure_warning
-from .embedding_service import DEFAULT_QUEUE, EmbeddingService
 from .pool import SessionPool
 
-LogFormat = Literal["text", "json"]
+if TYPE_CHECKING:
+    from .embedding_service import EmbeddingService
 
-#: Seconds after ``grace`` that a shutdown waits for connections to take their last events
-#: (rounded up to whole seconds, as uvicorn takes them); then uvicorn cancels what still runs
-#: (a client that stopped reading holds its connection forever otherwise).
-SHUTDOWN_MARGIN = 1.0
+LogFormat = Literal["text", "json"]
 
 
 class JsonLogFormatter(logging.Formatter):
@@ -81,54 +74,31 @@ def configure_logging(log_format: LogFormat = "text", level: str = "info") -> No
         logger.propagate = False
 
 
-class _Server(uvicorn.Server):
-    """uvicorn's server with a graceful shutdown that drains the pool, and no re-raised
-    signal once it is done (so the process can free the model and exit 0)."""
+def missing_extra() -> str | None:
+    """The name of a module of the ``server`` extra that is not installed (None: all are);
+    a look-up, no import, so that a missing extra is reported before the model loads."""
+    from importlib.util import find_spec
 
-    def __init__(self, config: uvicorn.Config, pool: SessionPool | EmbeddingService,
-                 grace: float, announce: str, out: IO[str]) -> None:
-        super().__init__(config)
-        self.pool = pool
-        self.grace = grace
-        self.announce = announce
-        self.out = out
-        self.loop: asyncio.AbstractEventLoop | None = None
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        self.loop = asyncio.get_running_loop()
-        await super().startup(sockets)
-        print(self.announce, file=self.out, flush=True)
-
-    def _log_started_message(self, listeners: Sequence[socket.SocketType]) -> None:
-        """Replaced by the announcement line."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        if not _in_main_thread():
-            yield
-            return
-        handled = (signal.SIGINT, signal.SIGTERM)
-        original = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
-        try:
-            yield
-        finally:
-            for sig, handler in original.items():
-                signal.signal(sig, handler)
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        first = not self.should_exit
-        super().handle_exit(sig, frame)
-        if first and self.loop is not None:
-            logging.getLogger("eliza_backends.server").info(
-                "shutting down: finishing running requests (up to %.0f s), refusing new ones",
-                self.grace)
-            self.loop.call_soon_threadsafe(self.pool.begin_shutdown, self.grace)
+    return next((name for name in ("starlette", "uvicorn") if find_spec(name) is None), None)
 
 
-def _in_main_thread() -> bool:
-    import threading
+def import_web_stack() -> threading.Thread:
+    """Start importing :mod:`~eliza_backends.server.listen` (uvicorn, Starlette, pydantic, the
+    app and its request models) on a daemon thread, so that it overlaps the model's load on
+    the calling thread. The caller's own import of it later waits for this one (the module
+    lock) and raises its error, if any (this thread swallows it).
 
-    return threading.current_thread() is threading.main_thread()
+    Start it after the registry's discovery (plugins' front doors, ``importlib.metadata``):
+    the two threads then import disjoint module trees but for a few leaf modules (measured:
+    ``typing_extensions``, ``uuid``, ``multiprocessing``, ``prompt.chat``), which a package
+    imports before its submodules, so no import waits on the other thread in a cycle."""
+    def run() -> None:
+        with contextlib.suppress(Exception):
+            from . import listen  # noqa: F401
+
+    thread = threading.Thread(target=run, name="eliza-serve-imports", daemon=True)
+    thread.start()
+    return thread
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -192,7 +162,11 @@ def serve(bundle: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int 
     if parallel is None and sessions is None:  # MTP needs a context of its own: 1 session
         parallel = None if config is not None and config.drafter == "mtp" else "auto"
     cache_mib = default_cache_mib() if cache_ram is None else cache_ram
-    if bundle_embedding(bundle, backend=backend) is not None:
+    embedding = bundle_embedding(bundle, backend=backend)  # registry discovery: before the thread
+    import_web_stack()
+    if embedding is not None:
+        from .embedding_service import DEFAULT_QUEUE, EmbeddingService
+
         service: SessionPool | EmbeddingService = EmbeddingService(
             bundle, config, backend=backend, max_queue=DEFAULT_QUEUE if queue is None else queue)
         pool = None
@@ -205,6 +179,9 @@ def serve(bundle: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int 
         if pool is not None and pool.warmup_seconds:
             logging.getLogger("eliza_backends.server").info(
                 "warmed up in %.0f ms", pool.warmup_seconds * 1000)
+        from .auth import exposure_warning  # the web stack: imported by now, or waited for
+        from .listen import run_server
+
         name = model or model_name(bundle)
         sock = bind(host, port)
         bound = sock.getsockname()[1]
@@ -221,15 +198,8 @@ def serve(bundle: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int 
         if warning:
             logging.getLogger("eliza_backends.server").warning("%s", warning)
         media = MediaLimits(allow_files=True) if allow_media_files else None
-        embeddings = service if isinstance(service, EmbeddingService) else None
-        uv_config = uvicorn.Config(create_app(pool, model=name, media=media, api_key=api_key,
-                                              embeddings=embeddings,
-                                              slot_save_path=slot_save_path),
-                                   log_config=None,
-                                   access_log=False, lifespan="off", ws="none",
-                                   timeout_graceful_shutdown=math.ceil(grace + SHUTDOWN_MARGIN))
-        server = _Server(uv_config, service, grace, announce, out)
-        server.run(sockets=[sock])
+        run_server(service, sock, model=name, announce=announce, out=out, grace=grace,
+                   media=media, api_key=api_key, slot_save_path=slot_save_path)
     finally:
         service.close()
     print("eliza-backends serve: stopped", file=out, flush=True)
@@ -237,4 +207,4 @@ def serve(bundle: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int 
 
 
 __all__ = ["MAX_DEFAULT_CACHE_MIB", "JsonLogFormatter", "LogFormat", "bind", "configure_logging",
-           "default_cache_mib", "serve"]
+           "default_cache_mib", "import_web_stack", "missing_extra", "serve"]
