@@ -1,9 +1,10 @@
 """Batch invariance on a real quantized model: ``serve --parallel 8`` on SmolLM2-135M Q4_1 gives
 every greedy chat request, sent 8 at once, exactly the reply it gets alone (as llama-server
-``-np 8`` does): by default each ``llama_decode`` carries one sequence (``batch_invariant``,
-see ``eliza_llamacpp.batch_engine``), and with the opt-in shared steps too on this model (its
-Q4_1 matmuls take llama.cpp's ``vec_dot`` at every batch size; one KV cache per sequence,
-``kv_unified=False``, lays each sequence out as alone)."""
+``-np 8`` does): by default in shared steps on this model (its Q4_1 matmuls take llama.cpp's
+``vec_dot`` at every batch size, so ``batch_invariant`` follows the weights to shared steps; one
+KV cache per sequence, ``kv_unified=False``, lays each sequence out as alone), and with
+``batch_invariant=true`` too (each ``llama_decode`` carries one sequence, see
+``eliza_llamacpp.batch_engine``)."""
 
 from __future__ import annotations
 
@@ -26,10 +27,10 @@ def _ask(server: ServerProcess, prompt: str) -> str:
     return str(reply["choices"][0]["message"]["content"])
 
 
-@pytest.mark.parametrize("shared_steps", [False, True], ids=["default", "shared-steps"])
+@pytest.mark.parametrize("shared_steps", [True, False], ids=["default", "one-sequence-steps"])
 def test_batched_chat_replies_equal_the_solo_ones(smollm2_source: Path,
                                                   shared_steps: bool) -> None:
-    option = ["--option", "llama.cpp:batch_invariant=false"] if shared_steps else []
+    option = [] if shared_steps else ["--option", "llama.cpp:batch_invariant=true"]
     with ServerProcess(smollm2_source, "--parallel", "8", "--threads", "1", *option) as server:
         alone = [_ask(server, p) for p in PROMPTS]
         for _burst in range(2):
