@@ -234,11 +234,17 @@ def shared_model(context: InferenceContext, path: Path, options: LlamaCppOptions
     return context.shared(key, lambda: load_model(path, options), free_model)
 
 
+def meta_value(model: LoadedModel, key: str) -> str | None:
+    """The loaded model's metadata value of ``key`` as text (a lookup in what llama.cpp read
+    at load), None when the model has no such key."""
+    buf = ctypes.create_string_buffer(64)
+    n = lc.llama_model_meta_val_str(model.ptr, key.encode(), buf, len(buf))
+    return buf.value.decode("utf-8", "replace") if n >= 0 else None
+
+
 def architecture(model: LoadedModel) -> str:
     """The loaded model's ``general.architecture`` ("" when it has none)."""
-    buf = ctypes.create_string_buffer(64)
-    n = lc.llama_model_meta_val_str(model.ptr, b"general.architecture", buf, len(buf))
-    return buf.value.decode("utf-8", "replace") if n >= 0 else ""
+    return meta_value(model, "general.architecture") or ""
 
 
 #: ``general.file_type`` values (llama.cpp's ``llama_ftype``) whose matmuls take llamafile's
@@ -248,25 +254,18 @@ ROW_SENSITIVE_FILE_TYPES = frozenset({0, 1, 2, 7, 8, 25, 32})
 
 def file_type(model: LoadedModel) -> int | None:
     """The loaded model's ``general.file_type`` (``llama_ftype``), None when it has none."""
-    buf = ctypes.create_string_buffer(16)
-    n = lc.llama_model_meta_val_str(model.ptr, b"general.file_type", buf, len(buf))
-    try:
-        return int(buf.value) if n > 0 else None
-    except ValueError:
-        return None
+    value = meta_value(model, "general.file_type")
+    return int(value) if value is not None and value.strip().isdigit() else None
 
 
 def pools(model: LoadedModel) -> bool:
     """Whether the loaded model's metadata names a pooling type (``<arch>.pooling_type`` 1-3:
     mean, CLS, last): an embedding model. A lookup in the loaded metadata, where the same
     question asked of the file (:func:`~eliza_llamacpp.gguf_header.embedding_spec`) walks the
-    whole header, vocabulary included (tens of ms on a 49k vocabulary)."""
-    buf = ctypes.create_string_buffer(16)
-    key = f"{architecture(model)}.pooling_type".encode()
-    n = lc.llama_model_meta_val_str(model.ptr, key, buf, len(buf))
-    return n > 0 and buf.value.strip() in (b"1", b"2", b"3")
+    whole header, vocabulary included."""
+    value = meta_value(model, f"{architecture(model)}.pooling_type")
+    return value is not None and value.strip() in ("1", "2", "3")
 
 
 __all__ = ["ROW_SENSITIVE_FILE_TYPES", "RUNTIME", "LoadedModel", "architecture", "file_type",
-           "free_model", "load_model", "pools",
-           "shared_model", "use_extra_buffers"]
+           "free_model", "load_model", "meta_value", "pools", "shared_model", "use_extra_buffers"]
