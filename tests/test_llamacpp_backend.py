@@ -219,3 +219,35 @@ def test_copying_the_bundle_keeps_it_servable(tmp_path: Path) -> None:
     with open_stream(copy, backend="llama.cpp", threads=1, max_tokens=4) as s:
         s.prefill("Four")
         assert s.text() is not None
+
+
+_DEFERRED_PACKAGE_PROBE = """
+import ctypes, sys
+from eliza_backends import open_stream
+with open_stream(sys.argv[1], backend="llama.cpp", max_tokens=1, threads=1) as stream:
+    stream.prefill("Four score and seven years ago")
+    first = stream.next().tokens
+print(sorted(m for m in ("llama_cpp.llama", "jinja2", "diskcache") if m in sys.modules))
+import llama_cpp
+from llama_cpp import Llama
+from eliza_llamacpp import model
+print(llama_cpp.__version__ in model.RUNTIME, Llama.__module__, first != [])
+callback, user = model.lc.llama_log_callback(), ctypes.c_void_p()
+model.lc.llama_log_get(ctypes.byref(callback), ctypes.byref(user))
+print(ctypes.cast(callback, ctypes.c_void_p).value ==
+      ctypes.cast(model._log_to_logging, ctypes.c_void_p).value)
+"""
+
+
+def test_the_seam_never_runs_llama_cpps_high_level_half() -> None:
+    """A first token imports llama-cpp-python's ctypes bindings only (not ``llama_cpp.llama``:
+    numpy's and jinja2's import, issue 42); ``import llama_cpp`` / ``from llama_cpp import
+    Llama`` afterwards still work, and llama.cpp's log lines stay routed to the plugin's
+    logger after llama-cpp-python's ``__init__`` installed its own callback."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _DEFERRED_PACKAGE_PROBE, str(TINY_BUNDLE)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["[]", "True llama_cpp.llama True", "True"]
