@@ -227,7 +227,9 @@ from eliza_backends import open_stream
 with open_stream(sys.argv[1], backend="llama.cpp", max_tokens=1, threads=1) as stream:
     stream.prefill("Four score and seven years ago")
     first = stream.next().tokens
-print(sorted(m for m in ("llama_cpp.llama", "jinja2", "diskcache") if m in sys.modules))
+print(sorted(m for m in ("llama_cpp.llama", "jinja2", "diskcache",
+                         "eliza_backends.structured.constraint",
+                         "eliza_backends.structured.logprobs") if m in sys.modules))
 import llama_cpp
 from llama_cpp import Llama
 from eliza_llamacpp import model
@@ -241,8 +243,9 @@ print(ctypes.cast(callback, ctypes.c_void_p).value ==
 
 def test_the_seam_never_runs_llama_cpps_high_level_half() -> None:
     """A first token imports llama-cpp-python's ctypes bindings only (not ``llama_cpp.llama``:
-    numpy's and jinja2's import, issue 42); ``import llama_cpp`` / ``from llama_cpp import
-    Llama`` afterwards still work, and llama.cpp's log lines stay routed to the plugin's
+    jinja2's and diskcache's import, issue 42), nor the structured-output constraint and
+    logprob modules a turn without them does not use; ``import llama_cpp`` / ``from llama_cpp
+    import Llama`` afterwards still work, and llama.cpp's log lines stay routed to the plugin's
     logger after llama-cpp-python's ``__init__`` installed its own callback."""
     import subprocess
     import sys

@@ -2,15 +2,18 @@
 high-level half of its package, and the log callback this plugin routes llama.cpp's lines to.
 
 ``import llama_cpp`` runs the package's ``__init__``, which imports ``llama_cpp.llama`` (the
-``Llama`` class and its chat formats: numpy, jinja2, diskcache): 130-170 ms of a fresh
-process's first token on a quiet machine, none of which this plugin uses (it calls the C API
-only; issue 42). So when nothing imported ``llama_cpp`` yet, the package goes into
-``sys.modules`` unexecuted (the module its spec makes, ``__path__`` and all, as the import
-system makes it before running it) with a module class whose first lookup of a name it lacks
-(``llama_cpp.Llama``, ``from llama_cpp import Llama``, ``llama_cpp.__version__``, ``dir()``)
-runs the package's ``__init__`` then, once, under a lock: code elsewhere in the process that
-imports ``llama_cpp`` works as before, and pays for the high-level half when it uses it.
-Submodules (``llama_cpp.llama_cpp``, ``mtmd_cpp``, ``llama_cpp_ext``) import as usual.
+``Llama`` class, its chat formats, cache and grammar: jinja2, diskcache, sqlite3, ...): 130-170
+ms of a fresh process on a quiet machine, of which 60-70 ms beyond numpy (which the session
+imports anyway), none of which this plugin uses (it calls the C API only; issue 42). So when
+nothing imported ``llama_cpp`` yet, the package goes into ``sys.modules`` unexecuted (the module
+its spec makes, ``__path__`` and all, as the import system makes it before running it) with a
+module class whose first lookup of a name it lacks (``llama_cpp.Llama``, ``from llama_cpp import
+Llama``, ``llama_cpp.__version__``, ``dir()``) runs the package's ``__init__`` then, once, under
+a lock: code elsewhere in the process that imports ``llama_cpp`` works as before, and pays for
+the high-level half when it uses it. Submodules (``llama_cpp.llama_cpp``, ``mtmd_cpp``,
+``llama_cpp_ext``) import as usual. This plugin's modules take :data:`lc` from here (``from
+.bindings import lc``) and import a submodule by its dotted name (``import llama_cpp.mtmd_cpp as
+mtmd_cpp``: ``from llama_cpp import mtmd_cpp`` looks the name up on the package first).
 
 That ``__init__`` installs llama-cpp-python's own log callback (``llama_cpp._logger``: raw
 stderr). When it runs after :func:`route_logs`, the callback routed there is installed again,
