@@ -254,3 +254,33 @@ def test_the_seam_never_runs_llama_cpps_high_level_half() -> None:
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["[]", "True llama_cpp.llama True", "True"]
+
+
+_CONCURRENT_PACKAGE_PROBE = """
+import sys, threading
+from eliza_llamacpp.bindings import lc
+assert type(sys.modules["llama_cpp"]).__name__ == "_DeferredPackage"
+import llama_cpp
+got, start = [], threading.Barrier(4)
+def use():
+    start.wait()
+    got.append((llama_cpp.Llama.__name__, llama_cpp.LlamaGrammar.__name__))
+threads = [threading.Thread(target=use) for _ in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(sorted(set(got)), len(got), type(sys.modules["llama_cpp"]).__name__,
+      llama_cpp.llama_decode is lc.llama_decode)
+"""
+
+
+def test_the_deferred_llama_cpp_package_runs_once_for_concurrent_threads() -> None:
+    """Four threads looking up ``llama_cpp.Llama`` at once on the package the plugin deferred
+    (eliza_llamacpp.bindings): one runs its ``__init__``, the others wait and all see the whole
+    package; afterwards it is a plain module holding the same bindings."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _CONCURRENT_PACKAGE_PROBE],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[('Llama',", "'LlamaGrammar')]", "4", "module", "True"]

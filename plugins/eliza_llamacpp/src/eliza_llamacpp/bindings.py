@@ -43,34 +43,34 @@ class _DeferredPackage(types.ModuleType):
         return list(types.ModuleType.__dir__(self))
 
 
+#: Held while the package's ``__init__`` runs: another thread's lookup of a name the package
+#: lacks waits for the run (re-entrant: the running thread's own lookups do not wait).
 _package_lock = threading.RLock()
+#: ``running``: the ``__init__`` runs now (on the thread holding the lock); ``ran``: it did.
+_package_state = {"running": False, "ran": False}
 #: The callback :func:`route_logs` installed (kept alive here; re-installed after the package).
 _routed: list[Any] = []
 
 
 def _run_package(package: types.ModuleType) -> None:
-    """Run ``llama_cpp/__init__.py`` in ``package``, once: a lookup from inside that run sees
+    """Run ``llama_cpp/__init__.py`` in ``package``, once. A lookup from inside that run sees
     the partly run module, as a circular lookup during a normal import does; a lookup on
-    another thread that started before the run waits for it."""
+    another thread waits for the run, then sees the whole package. A run that raises is run
+    again by the next lookup (which raises again), as a failed import is retried."""
     with _package_lock:
-        if not isinstance(package, _DeferredPackage):  # it ran (or runs on this thread)
+        if _package_state["running"] or _package_state["ran"]:
             return
-        package = _switch_class(package)
         spec = package.__spec__
         assert spec is not None and spec.loader is not None
+        _package_state["running"] = True
         try:
             spec.loader.exec_module(package)
-        except BaseException:
-            package.__class__ = _DeferredPackage  # the next lookup runs it again and raises
-            raise
+        finally:
+            _package_state["running"] = False
+        _package_state["ran"] = True
+        package.__class__ = types.ModuleType  # a plain module from now on
         if _routed:
             lc.llama_log_set(_routed[0], ctypes.c_void_p(0))
-
-
-def _switch_class(package: types.ModuleType) -> types.ModuleType:
-    """``package`` as a plain module from now on (a lookup finds only what it holds)."""
-    package.__class__ = types.ModuleType
-    return package
 
 
 def _defer_package() -> None:
