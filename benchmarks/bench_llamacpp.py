@@ -282,7 +282,9 @@ def available_contenders(wanted: tuple[str, ...] = CONTENDERS) -> tuple[str, ...
 def bench(models: list[str], repeat: int, n_prompt: int, n_gen: int, threads: int,
           contenders: tuple[str, ...] = CONTENDERS) -> dict[str, Any]:
     """Run every contender on every model, interleaved; return the summary. Ratios: decode
-    against ``minimal`` (``decode_ratio_vs_minimal``) and, when it ran, decode and prefill
+    and prefill against ``minimal`` (``decode_ratio_vs_minimal``, ``prefill_ratio_vs_minimal``),
+    time to first token as a speed (``ttft_speed_vs_minimal``: minimal's time over the
+    contender's, >= 1 when the contender is as fast) and, when it ran, decode and prefill
     against llama-bench (``*_ratio_vs_llama_bench``)."""
     contenders = available_contenders(contenders)
     report: dict[str, Any] = {"threads": threads, "repeat": repeat, "prompt_tokens": n_prompt,
@@ -299,12 +301,13 @@ def bench(models: list[str], repeat: int, n_prompt: int, n_gen: int, threads: in
                        ("load_s", "ttft_s", "prefill_s", "prefill_tps", "decode_tps",
                         "peak_rss_mb")}
             rows[c]["samples"] = {k: [r.get(k) for r in runs[c]]
-                                  for k in ("prefill_tps", "decode_tps")}
+                                  for k in ("prefill_tps", "decode_tps", "ttft_s")}
             buckets = runs[c][0]["per_position_tps"].keys()
             rows[c]["per_position_tps"] = {  # median over the repeats, bucket by bucket
                 b: statistics.median(r["per_position_tps"][b] for r in runs[c]
                                      if b in r["per_position_tps"]) for b in buckets}
         for ref, metric, key in (("minimal", "decode_tps", "decode_ratio_vs_minimal"),
+                                 ("minimal", "prefill_tps", "prefill_ratio_vs_minimal"),
                                  ("llama-bench", "decode_tps", "decode_ratio_vs_llama_bench"),
                                  ("llama-bench", "prefill_tps", "prefill_ratio_vs_llama_bench")):
             if ref in runs:
@@ -312,6 +315,11 @@ def bench(models: list[str], repeat: int, n_prompt: int, n_gen: int, threads: in
                     ratio = paired_ratio(runs[c], runs[ref], metric)
                     if ratio is not None:
                         rows[c][key] = ratio
+        if "minimal" in runs:  # time to first token as a speed: minimal's time / the contender's
+            for c in contenders:
+                ratio = paired_ratio(runs["minimal"], runs[c], "ttft_s")
+                if ratio is not None:
+                    rows[c]["ttft_speed_vs_minimal"] = ratio
         if "seam" in rows and rows["seam"]["prefill_s"]:
             rows["seam"]["ttft_minus_prefill_ms"] = 1000 * (
                 rows["seam"]["ttft_s"]["median"] - rows["seam"]["prefill_s"]["median"])
@@ -354,6 +362,10 @@ def print_table(report: dict[str, Any]) -> None:
                   f"{_median(r, 'ttft_s', 1000):>8.1f} {_median(r, 'load_s'):>7.2f} "
                   f"{_median(r, 'peak_rss_mb'):>7.0f}")
         seam = rows.get("seam", {})
+        if "ttft_speed_vs_minimal" in seam:
+            print(f"  seam: time to first token as fast as minimal's x"
+                  f"{seam['ttft_speed_vs_minimal']:.3f}, prefill x"
+                  f"{seam.get('prefill_ratio_vs_minimal', float('nan')):.3f} (per-round medians)")
         if "ttft_minus_prefill_ms" in seam:
             print(f"  seam: first token {seam['ttft_minus_prefill_ms']:.2f} ms after prefill")
             pos = seam["per_position_tps"]

@@ -219,3 +219,68 @@ def test_copying_the_bundle_keeps_it_servable(tmp_path: Path) -> None:
     with open_stream(copy, backend="llama.cpp", threads=1, max_tokens=4) as s:
         s.prefill("Four")
         assert s.text() is not None
+
+
+_DEFERRED_PACKAGE_PROBE = """
+import ctypes, sys
+from eliza_backends import open_stream
+with open_stream(sys.argv[1], backend="llama.cpp", max_tokens=1, threads=1) as stream:
+    stream.prefill("Four score and seven years ago")
+    first = stream.next().tokens
+print(sorted(m for m in ("llama_cpp.llama", "jinja2", "diskcache",
+                         "eliza_backends.structured.constraint",
+                         "eliza_backends.structured.logprobs") if m in sys.modules))
+import llama_cpp
+from llama_cpp import Llama
+from eliza_llamacpp import model
+print(llama_cpp.__version__ in model.RUNTIME, Llama.__module__, first != [])
+callback, user = model.lc.llama_log_callback(), ctypes.c_void_p()
+model.lc.llama_log_get(ctypes.byref(callback), ctypes.byref(user))
+print(ctypes.cast(callback, ctypes.c_void_p).value ==
+      ctypes.cast(model._log_to_logging, ctypes.c_void_p).value)
+"""
+
+
+def test_the_seam_never_runs_llama_cpps_high_level_half() -> None:
+    """A first token imports llama-cpp-python's ctypes bindings only (not ``llama_cpp.llama``:
+    jinja2's and diskcache's import, issue 42), nor the structured-output constraint and
+    logprob modules a turn without them does not use; ``import llama_cpp`` / ``from llama_cpp
+    import Llama`` afterwards still work, and llama.cpp's log lines stay routed to the plugin's
+    logger after llama-cpp-python's ``__init__`` installed its own callback."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _DEFERRED_PACKAGE_PROBE, str(TINY_BUNDLE)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["[]", "True llama_cpp.llama True", "True"]
+
+
+_CONCURRENT_PACKAGE_PROBE = """
+import sys, threading
+from eliza_llamacpp.bindings import lc
+assert type(sys.modules["llama_cpp"]).__name__ == "_DeferredPackage"
+import llama_cpp
+got, start = [], threading.Barrier(4)
+def use():
+    start.wait()
+    got.append((llama_cpp.Llama.__name__, llama_cpp.LlamaGrammar.__name__))
+threads = [threading.Thread(target=use) for _ in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(sorted(set(got)), len(got), type(sys.modules["llama_cpp"]).__name__,
+      llama_cpp.llama_decode is lc.llama_decode)
+"""
+
+
+def test_the_deferred_llama_cpp_package_runs_once_for_concurrent_threads() -> None:
+    """Four threads looking up ``llama_cpp.Llama`` at once on the package the plugin deferred
+    (eliza_llamacpp.bindings): one runs its ``__init__``, the others wait and all see the whole
+    package; afterwards it is a plain module holding the same bindings."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _CONCURRENT_PACKAGE_PROBE],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[('Llama',", "'LlamaGrammar')]", "4", "module", "True"]

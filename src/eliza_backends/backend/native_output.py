@@ -28,7 +28,6 @@ import logging
 import os
 import re
 import sys
-import tempfile
 import threading
 from collections.abc import Iterator
 from typing import IO
@@ -61,6 +60,8 @@ def native_stderr_to_logging(logger: logging.Logger) -> Iterator[None]:
             _target = logger
             with contextlib.suppress(ValueError, OSError):
                 sys.stderr.flush()
+            import tempfile  # (shutil, random, bz2, lzma: not at every plugin's discovery)
+
             try:
                 capture = tempfile.TemporaryFile()  # noqa: SIM115 (closed by _release)
                 saved = os.dup(2)

@@ -16,15 +16,17 @@ Owned by one session and used on its consumer thread only, with the consumer loc
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from ..config import StreamConfig
 from ..errors import InvalidArgumentError
 from ..runtime.text import AssemblerState, TextAssembler
-from ..structured.constraint import model_vocabulary
 from ..structured.logits import LogitsGuide, OutputSpec
-from ..structured.logprobs import TokenLogprob, TopLogprob
 from .model_info import ModelInfo
 from .types import Decoded, FinishReason, Step
+
+if TYPE_CHECKING:  # a turn that asked for logprobs imports it
+    from ..structured.logprobs import TokenLogprob
 
 
 class Turn:
@@ -129,6 +131,8 @@ class Turn:
         raw = self.guide.take_logprobs(produced)
         if raw is None:
             return None
+        from ..structured.logprobs import TokenLogprob, TopLogprob
+
         return tuple(TokenLogprob(r.token, piece(r.token), r.logprob,
                                   tuple(TopLogprob(t, piece(t), lp) for t, lp in r.top))
                      for r in raw[:kept])
@@ -141,6 +145,8 @@ def new_guide(spec: OutputSpec, info: ModelInfo, piece: Callable[[int], bytes],
     control tokens a grammar names) when ``spec`` constrains the output."""
     vocabulary = None
     if spec.constraint is not None:
+        from ..structured.constraint import model_vocabulary
+
         def control_id(text: str) -> int | None:
             ids = tokenize(text, False, True)
             return ids[0] if len(ids) == 1 else None

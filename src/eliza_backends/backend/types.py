@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from ..errors import InvalidArgumentError, SlotError, UnsupportedOperationError
-from ..structured.logprobs import TokenLogprob
 
 if TYPE_CHECKING:
     from ..config import StreamConfig
     from ..structured.logits import OutputSpec
+    from ..structured.logprobs import TokenLogprob
 
 FinishReason = Literal["eos", "stop", "length", "context"]
 #: How an embedding model turns its per-token states into one vector: their mean, the first

@@ -26,11 +26,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import InvalidArgumentError
-from .constraint import Constraint, ConstraintMatcher, TokenVocabulary, check_compiles
-from .logprobs import MAX_TOP_LOGPROBS, LogprobRecorder, RawLogprob
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the constraint and logprob modules: imported by a turn that uses them
     import numpy as np
+
+    from .constraint import Constraint, TokenVocabulary
+    from .logprobs import RawLogprob
 
 
 class OutputFields(Protocol):
@@ -64,15 +65,20 @@ class OutputSpec:
     top_logprobs: int = 0
 
     def __post_init__(self) -> None:
-        if isinstance(self.top_logprobs, bool) or not isinstance(self.top_logprobs, int) or \
-                not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
-            raise InvalidArgumentError(f"top_logprobs must be an int in 0..{MAX_TOP_LOGPROBS}, "
-                                       f"got {self.top_logprobs!r}")
-        if self.constraint is not None and not isinstance(self.constraint, Constraint):
-            raise InvalidArgumentError("constraint must be a Constraint (Constraint.json_schema"
-                                       f"(...), .regex(...), .grammar(...)), got "
-                                       f"{type(self.constraint).__name__}")
+        if type(self.top_logprobs) is not int or self.top_logprobs != 0:  # (0: the default)
+            from .logprobs import MAX_TOP_LOGPROBS
+
+            if isinstance(self.top_logprobs, bool) or not isinstance(self.top_logprobs, int) \
+                    or not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
+                raise InvalidArgumentError(f"top_logprobs must be an int in 0.."
+                                           f"{MAX_TOP_LOGPROBS}, got {self.top_logprobs!r}")
         if self.constraint is not None:
+            from .constraint import Constraint, check_compiles
+
+            if not isinstance(self.constraint, Constraint):
+                raise InvalidArgumentError(
+                    "constraint must be a Constraint (Constraint.json_schema(...), .regex(...), "
+                    f".grammar(...)), got {type(self.constraint).__name__}")
             check_compiles(self.constraint)
 
     @property
@@ -85,6 +91,9 @@ class OutputSpec:
         """The spec of ``config``'s ``response_format`` / ``json_schema`` / ``regex`` /
         ``grammar`` and ``logprobs`` / ``top_logprobs`` fields."""
         constraint: Constraint | None = None
+        asked = (config.response_format, config.json_schema, config.regex, config.grammar)
+        if any(field is not None for field in asked):
+            from .constraint import Constraint
         if config.response_format is not None:
             constraint = Constraint.from_response_format(config.response_format)
         elif config.json_schema is not None:
@@ -103,6 +112,9 @@ class LogitsGuide:
 
     def __init__(self, spec: OutputSpec, vocabulary: TokenVocabulary | None) -> None:
         import numpy as np
+
+        from .constraint import ConstraintMatcher
+        from .logprobs import LogprobRecorder
 
         self._np = np
         self.spec = spec

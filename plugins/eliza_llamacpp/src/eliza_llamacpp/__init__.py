@@ -142,8 +142,7 @@ class LlamaCppFactory(Factory):
                       lane: Any) -> Any:
         """Images / audio through the bundle's projector (loaded on the first media item), or
         None when the bundle has none."""
-        import llama_cpp as lc
-
+        from .bindings import lc
         from .gguf_header import find_projector, projector_kinds
         from .mtmd import MediaFeeder, processor_image_tokens, shared_projector
 

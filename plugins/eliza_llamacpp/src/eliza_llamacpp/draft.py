@@ -10,11 +10,10 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-import llama_cpp as lc
-
 from eliza_backends import BackendRuntimeError, StreamConfig
 from eliza_backends.backend import ModelDrafter
 
+from .bindings import lc
 from .llama_context import fill_batch, new_context, one_token_batch
 from .model import LoadedModel
 from .options import LlamaCppOptions

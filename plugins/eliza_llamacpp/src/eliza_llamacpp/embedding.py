@@ -17,7 +17,6 @@ import ctypes
 import math
 from typing import Any
 
-import llama_cpp as lc
 import numpy as np
 
 from eliza_backends import (
@@ -34,6 +33,7 @@ from eliza_backends import (
 from eliza_backends.backend import cpu_count
 
 from . import model_checks
+from .bindings import lc
 from .model import LoadedModel
 from .options import LlamaCppOptions
 

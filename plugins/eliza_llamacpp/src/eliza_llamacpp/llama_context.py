@@ -11,12 +11,11 @@ from __future__ import annotations
 import ctypes
 from typing import Any, Literal
 
-import llama_cpp as lc
-
 from eliza_backends import BackendRuntimeError, StreamConfig
 from eliza_backends.backend import cpu_count
 
 from . import model_checks
+from .bindings import lc
 from .model import LoadedModel
 
 #: Which rows of a batch have outputs (logits, hidden states): every one, the last, none.

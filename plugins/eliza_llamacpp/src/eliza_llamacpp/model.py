@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import llama_cpp as lc
-
 from eliza_backends import (
     BackendRuntimeError,
     BundleError,
@@ -25,15 +23,17 @@ from eliza_backends import (
     ModelInfo,
     SessionClosedError,
 )
+from eliza_backends.backend import distribution_version
 
 from . import model_checks, native_guard
+from .bindings import lc, route_logs
 from .gguf_header import check_gguf
 from .options import LlamaCppOptions
 
 log = logging.getLogger("eliza_llamacpp.native")
 if log.level == logging.NOTSET:  # llama.cpp is chatty: errors only, unless the app says otherwise
     log.setLevel(logging.ERROR)
-RUNTIME = f"llama-cpp-python {lc.__version__}"
+RUNTIME = f"llama-cpp-python {distribution_version('llama-cpp-python') or 'unknown'}"
 # ggml_log_level: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5 (continues the last line)
 _LOG_LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
 _last_level = [logging.DEBUG]
@@ -60,7 +60,7 @@ def _init_backend() -> None:
     global _initialised
     with _init_lock:
         if not _initialised:
-            lc.llama_log_set(_log_to_logging, ctypes.c_void_p(0))
+            route_logs(_log_to_logging)
             lc.llama_backend_init()
             _initialised = True
 

@@ -26,11 +26,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-import llama_cpp as lc
-
 from eliza_backends import BundleError
 
 from . import native_guard
+from .bindings import lc
 
 #: Token texts llama.cpp 0.3.36's vocabulary loader may put in its end-of-generation set
 #: (llama-vocab.cpp: the EOG list, and the EOT / EOM / FIM pad, repo, sep auto-detection).

@@ -30,7 +30,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import llama_cpp as lc
 import numpy as np
 
 from eliza_backends import (
@@ -42,6 +41,7 @@ from eliza_backends import (
 )
 from eliza_backends.backend import MediaItem, MediaTokens, cpu_count
 
+from .bindings import lc
 from .lane import Lane
 from .model import LoadedModel, _log_to_logging
 
@@ -49,7 +49,7 @@ _CHUNK_TEXT = 0
 
 
 def _mtmd() -> Any:
-    from llama_cpp import mtmd_cpp
+    import llama_cpp.mtmd_cpp as mtmd_cpp  # (not `from llama_cpp import`: see .bindings)
 
     return mtmd_cpp
 

@@ -18,10 +18,9 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-import llama_cpp as lc
-
 from eliza_backends import BackendRuntimeError, StreamConfig
 
+from .bindings import lc
 from .llama_context import new_context
 from .model import LoadedModel
 from .mtmd import Projector, _mtmd

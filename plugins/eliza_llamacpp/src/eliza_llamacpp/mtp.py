@@ -23,12 +23,12 @@ import ctypes
 from collections.abc import Sequence
 from typing import Any
 
-import llama_cpp as lc
 import llama_cpp.llama_cpp_ext as lcx
 import numpy as np
 
 from eliza_backends import BackendRuntimeError, BundleError, StreamConfig
 
+from .bindings import lc
 from .gguf_header import MTP_ARCHITECTURES
 from .llama_context import Outputs, new_context
 from .model import LoadedModel, architecture

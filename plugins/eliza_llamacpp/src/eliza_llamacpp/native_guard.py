@@ -166,11 +166,11 @@ def install() -> bool:
     with _state_lock:
         if _installed:
             return _terminate_contained
-        import llama_cpp
+        from .bindings import lc
 
         # dlsym through libllama's handle finds the libggml-base that libllama really uses
         # (the wheel ships copies under several names; a second dlopen could load another)
-        lib = llama_cpp.llama_cpp._lib
+        lib = lc._lib
         set_hook = lib.ggml_set_abort_callback
         set_hook.restype = ctypes.c_void_p
         set_hook.argtypes = [_ABORT_HOOK]

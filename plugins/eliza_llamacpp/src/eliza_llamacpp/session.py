@@ -32,7 +32,6 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import llama_cpp as lc
 import numpy as np
 
 from eliza_backends import (
@@ -56,6 +55,7 @@ from eliza_backends.backend import (
     accept_sampled,
 )
 
+from .bindings import lc
 from .lane import Lane, TargetLinkedDrafter
 from .model import LoadedModel
 from .mtmd import MediaFeeder

@@ -14,13 +14,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import llama_cpp as lc
-
 from eliza_backends import BackendRuntimeError, CancelledError, StreamConfig
 
 if TYPE_CHECKING:  # imported by the batched path only (issue 42)
     from eliza_backends.backend import StepScheduler
 
+from .bindings import lc
 from .lane import TargetLinkedDrafter
 from .llama_context import Outputs, fill_batch, load_seq, new_context, one_token_batch, save_seq
 from .model import LoadedModel

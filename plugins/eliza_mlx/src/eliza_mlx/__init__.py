@@ -207,7 +207,7 @@ class MLXFactory(Factory):
     def make_draft_model(self, context: InferenceContext, config: StreamConfig,
                          target: ModelInfo) -> Drafter:
         """An MLX folder from ``text/draft/`` (or ``draft_model``) with its own prompt cache."""
-        _import_mlx_modules()
+        _import_mlx_modules(draft=True)
         from .draft import MLXDraftModel
         from .model import shared_weights
 
@@ -306,6 +306,7 @@ def _open_batched(context: InferenceContext, config: StreamConfig, loaded: Loade
     ``capabilities.batched`` then says False)."""
     if context.parallel < 2 or config.drafter != "none":
         return None
+    _import_mlx_modules(batched=True)
     from .batch_engine import BatchEngine, unbatchable
     from .batched_session import BatchedMLXSession
     from .mlx_thread import MLX_THREAD
@@ -322,23 +323,27 @@ def _open_batched(context: InferenceContext, config: StreamConfig, loaded: Loade
     return BatchedMLXSession(loaded, config, context, engine)
 
 
-def _import_mlx_modules() -> None:
+def _import_mlx_modules(*, batched: bool = False, draft: bool = False) -> None:
     """Import the modules that use mlx on the MLX thread (:mod:`eliza_mlx.mlx_thread`): their
     import runs mlx calls (mlx-lm's, the compute stream's), and a thread that made mlx calls
-    must not end before the process does."""
+    must not end before the process does. The session's always; the batch engine's
+    (``batched``) and the draft model's (``draft``) only for a stream that uses them (a
+    session's first token does not wait for them: issue 42)."""
     from .mlx_thread import MLX_THREAD
 
-    if "eliza_mlx.draft" not in sys.modules:
-        MLX_THREAD.run(_import_on_mlx_thread)
+    wanted = ("eliza_mlx.session", *(("eliza_mlx.batched_session",) if batched else ()),
+              *(("eliza_mlx.draft",) if draft else ()))
+    if any(name not in sys.modules for name in wanted):
+        MLX_THREAD.run(lambda: _import_on_mlx_thread(batched, draft))
 
 
-def _import_on_mlx_thread() -> None:
-    from . import (  # noqa: F401  (imported for their mlx calls)
-        batch_engine,
-        batched_session,
-        draft,
-        session,
-    )
+def _import_on_mlx_thread(batched: bool, draft: bool) -> None:
+    from . import session  # noqa: F401  (imported for their mlx calls)
+
+    if batched:
+        from . import batch_engine, batched_session  # noqa: F401
+    if draft:
+        from . import draft as _draft  # noqa: F401
 
 
 def host_summary() -> str:

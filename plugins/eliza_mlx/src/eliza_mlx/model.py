@@ -27,7 +27,7 @@ from eliza_backends import BundleError, InferenceContext, ModelInfo
 from eliza_backends.backend import Drafter, HFTokenizer, distribution_version, tokenizer_facts
 
 from .mlx_thread import on_mlx_thread
-from .probe import MLXFolder, check_mlx_folder
+from .probe import MLXFolder, check_mlx_folder, multimodal_kinds
 
 RUNTIME = (f"mlx {distribution_version('mlx') or 'unknown'} / "
            f"mlx-lm {distribution_version('mlx-lm') or 'unknown'}")
@@ -52,12 +52,12 @@ class LoadedMLX:
 def _load_model(folder: MLXFolder, tokenizer: HFTokenizer) -> Any:
     """mlx-lm's model, or for a multimodal Gemma 4 folder mlx-vlm's (:mod:`.vlm`), wrapped to
     be called the same way."""
-    from .vlm import MARKERS, load_vlm, multimodal_kinds
-
     kinds = multimodal_kinds(folder.path)
     if not kinds:
         model, _config = load_model(folder.path)
         return model
+    from .vlm import MARKERS, load_vlm
+
     ids = {text: tokenizer.token_id(text) for kind in kinds for text in MARKERS[kind]}
     missing = [text for text, i in ids.items() if i is None]
     if missing:
