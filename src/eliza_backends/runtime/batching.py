@@ -51,7 +51,7 @@ laid out in the batch by ascending sequence id instead of in that order. llama.c
 cache per sequence cuts a batch into one forward pass (ubatch) per run of consecutive
 increasing sequence ids (``split_equal``), so 8 decode tokens in arrival order such as
 ``3, 0, 5, 1, 7, 2, 6, 4`` cost four passes of one or two rows where ``0..7`` cost one:
-measured on SmolLM2 Q4_1, 2 threads, 63-89 ms against 39 ms a step (llama-server lays its
+measured on SmolLM2 Q4_1, 2 threads, 62-89 ms against 38-39 ms a step (llama-server lays its
 slots out in id order).
 
 **Failures and cancels.** A share whose callback (``on_done`` or the ``cancelled`` probe)

@@ -13,7 +13,7 @@ Each session owns one sequence id (a :class:`SharedLane`) and asks the engine's
 **One forward pass per step.** With per-sequence caches llama.cpp cuts a batch into one ubatch
 (one pass over the weights) per run of consecutive increasing sequence ids
 (``llama_batch_allocr::split_equal``, sequential): 8 decode tokens in arrival order took 1.6-2.3x
-the time of the same 8 in id order (SmolLM2 Q4_1, 2 threads: 63-89 ms against 39 ms a step;
+the time of the same 8 in id order (SmolLM2 Q4_1, 2 threads: 62-89 ms against 38-39 ms a step;
 ``benchmarks/batch_row_order.py``). So the scheduler lays each step out by sequence id
 (``rows_by_sequence``), and a new session gets the lowest free id, so the live ids stay one run
 (llama-server lays its slots out in id order and gives a request the first free slot).
