@@ -371,39 +371,41 @@ def test_a_new_stream_takes_the_lowest_free_sequence() -> None:
             s.close()
 
 
-def test_rows_by_sequence_lays_a_step_out_in_id_order() -> None:
+@pytest.mark.parametrize(("by_sequence", "expected"),
+                         [(True, [0, 1, 2, 3]), (False, [3, 1, 2, 0])])
+def test_rows_by_sequence_lays_a_step_out_in_id_order(by_sequence: bool,
+                                                      expected: list[int]) -> None:
     """Shares queued in the order 3, 1, 2, 0 decode in one step with rows 0..3 in id order, and
     each callback reads its own row; without the option the rows keep the arrival order."""
-    for by_sequence, expected in ((True, [0, 1, 2, 3]), (False, [3, 1, 2, 0])):
-        steps: list[list[Piece]] = []
-        release = threading.Event()
+    steps: list[list[Piece]] = []
+    release = threading.Event()
 
-        def decode(pieces: Sequence[Piece]) -> None:
-            steps.append(list(pieces))
-            if len(steps) == 1:  # the first step holds the leader until the others queue
-                release.wait(10)
+    def decode(pieces: Sequence[Piece]) -> None:
+        steps.append(list(pieces))
+        if len(steps) == 1:  # the first step holds the leader until the others queue
+            release.wait(10)
 
-        sched = StepScheduler(decode, 16, gather_window=0.0, rows_by_sequence=by_sequence)
-        rows: dict[int, int] = {}
+    sched = StepScheduler(decode, 16, gather_window=0.0, rows_by_sequence=by_sequence)
+    rows: dict[int, int] = {}
 
-        def submit(seq: int) -> None:
-            rows[seq] = sched.submit(seq, [seq], 5, 1, lambda piece: piece.last_row)
+    def submit(seq: int) -> None:
+        rows[seq] = sched.submit(seq, [seq], 5, 1, lambda piece: piece.last_row)
 
-        threads = [threading.Thread(target=submit, args=(9,), daemon=True)]
-        threads[0].start()
-        while not steps:
+    threads = [threading.Thread(target=submit, args=(9,), daemon=True)]
+    threads[0].start()
+    while not steps:
+        time.sleep(0.001)
+    for seq in (3, 1, 2, 0):
+        threads.append(threading.Thread(target=submit, args=(seq,), daemon=True))
+        threads[-1].start()
+        while sched.queued < len(threads):
             time.sleep(0.001)
-        for seq in (3, 1, 2, 0):
-            threads.append(threading.Thread(target=submit, args=(seq,), daemon=True))
-            threads[-1].start()
-            while sched.queued < len(threads):
-                time.sleep(0.001)
-        release.set()
-        for t in threads:
-            t.join(10)
-        assert [[p.seq for p in step] for step in steps] == [[9], expected]
-        assert [p.row for p in steps[1]] == [0, 1, 2, 3]
-        assert {seq: rows[seq] for seq in expected} == dict(zip(expected, range(4)))
+    release.set()
+    for t in threads:
+        t.join(10)
+    assert [[p.seq for p in step] for step in steps] == [[9], expected]
+    assert [p.row for p in steps[1]] == [0, 1, 2, 3]
+    assert {seq: rows[seq] for seq in expected} == dict(zip(expected, range(4), strict=True))
 
 
 def test_batch_stats_count_every_batched_runtime_context_of_a_context() -> None:
