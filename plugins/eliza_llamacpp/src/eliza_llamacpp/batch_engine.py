@@ -30,7 +30,9 @@ greedy reply leaves its solo one at a near-tie (gemma4-mm-tiny, f32: a 0.0009-na
 in one of three prompts, every run; Gemma 3 Q4_K_M: 15 of 24 equal). One sequence per step
 meets exactly the kernels it meets alone: every reply equals its solo reply bit for bit.
 Quantized weights other than Q4_0/Q5_0/Q8_0/IQ4_NL take ``vec_dot`` or a kernel whose decode
-rows measured bit-identical beside 1-7 other sequences, so they share steps by default.
+rows measured bit-identical beside 1-7 other sequences, so they share steps by default
+(K-quants reach llama.cpp's tiled matmul in a pass of 8 rows: Gemma 3 Q4_K_M agreed 11-15 of 24
+in 8-sequence steps, llama-server 11 of 24; docs/guides/openai-server.md).
 With ``batch_invariant=False`` the scheduler puts every sequence that wants tokens into one
 ``llama_decode`` per step and cuts long prefills into pieces that ride along with the running
 decodes: the throughput of continuous batching, with that rounding. Sampling, stop tokens,
