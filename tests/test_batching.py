@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from eliza_backends import (
     StreamConfig,
     UnsupportedOperationError,
 )
-from eliza_backends.backend import Session, StepScheduler
+from eliza_backends.backend import Piece, Session, StepScheduler
 from eliza_backends.testing import BackendConformance, generated_tokens, run_to_end
 
 GEMMA4_TINY = ROOT / "examples" / "bundles" / "gemma4-tiny"
@@ -353,6 +353,59 @@ def test_all_sequences_in_use_is_a_typed_error() -> None:
         with _open(ctx) as c:
             assert c.capabilities.batched
         b.close()
+
+
+def test_a_new_stream_takes_the_lowest_free_sequence() -> None:
+    """So the live sequence ids stay one run: llama.cpp decodes a step over per-sequence KV
+    caches in one pass per run of consecutive ids (eliza_llamacpp.batch_engine)."""
+    with InferenceContext(TINY_BUNDLE, parallel=4) as ctx:
+        sessions = [_open(ctx) for _ in range(4)]
+        assert [s._lane.seq for s in sessions] == [0, 1, 2, 3]  # type: ignore[attr-defined]
+        sessions[2].close()
+        sessions[0].close()
+        with _open(ctx) as again:
+            assert again._lane.seq == 0  # type: ignore[attr-defined]
+            with _open(ctx) as then:
+                assert then._lane.seq == 2  # type: ignore[attr-defined]
+        for s in sessions:
+            s.close()
+
+
+@pytest.mark.parametrize(("by_sequence", "expected"),
+                         [(True, [0, 1, 2, 3]), (False, [3, 1, 2, 0])])
+def test_rows_by_sequence_lays_a_step_out_in_id_order(by_sequence: bool,
+                                                      expected: list[int]) -> None:
+    """Shares queued in the order 3, 1, 2, 0 decode in one step with rows 0..3 in id order, and
+    each callback reads its own row; without the option the rows keep the arrival order."""
+    steps: list[list[Piece]] = []
+    release = threading.Event()
+
+    def decode(pieces: Sequence[Piece]) -> None:
+        steps.append(list(pieces))
+        if len(steps) == 1:  # the first step holds the leader until the others queue
+            release.wait(10)
+
+    sched = StepScheduler(decode, 16, gather_window=0.0, rows_by_sequence=by_sequence)
+    rows: dict[int, int] = {}
+
+    def submit(seq: int) -> None:
+        rows[seq] = sched.submit(seq, [seq], 5, 1, lambda piece: piece.last_row)
+
+    threads = [threading.Thread(target=submit, args=(9,), daemon=True)]
+    threads[0].start()
+    while not steps:
+        time.sleep(0.001)
+    for seq in (3, 1, 2, 0):
+        threads.append(threading.Thread(target=submit, args=(seq,), daemon=True))
+        threads[-1].start()
+        while sched.queued < len(threads):
+            time.sleep(0.001)
+    release.set()
+    for t in threads:
+        t.join(10)
+    assert [[p.seq for p in step] for step in steps] == [[9], expected]
+    assert [p.row for p in steps[1]] == [0, 1, 2, 3]
+    assert {seq: rows[seq] for seq in expected} == dict(zip(expected, range(4), strict=True))
 
 
 def test_batch_stats_count_every_batched_runtime_context_of_a_context() -> None:

@@ -10,6 +10,14 @@ others', SmolLM2 Q4_1 kept 14 of 24 batched chat replies equal to the solo ones;
 Each session owns one sequence id (a :class:`SharedLane`) and asks the engine's
 :class:`~eliza_backends.backend.StepScheduler` for its decodes.
 
+**One forward pass per step.** With per-sequence caches llama.cpp cuts a batch into one ubatch
+(one pass over the weights) per run of consecutive increasing sequence ids
+(``llama_batch_allocr::split_equal``, sequential): 8 decode tokens in arrival order took 1.6-2.3x
+the time of the same 8 in id order (SmolLM2 Q4_1, 2 threads: 62-89 ms against 38-39 ms a step;
+``benchmarks/batch_row_order.py``). So the scheduler lays each step out by sequence id
+(``rows_by_sequence``), and a new session gets the lowest free id, so the live ids stay one run
+(llama-server lays its slots out in id order and gives a request the first free slot).
+
 **Batch invariance** (option ``batch_invariant``; by default on for weights whose matmul kernel
 changes between one row and two, :func:`batch_invariant`): each step, one
 ``llama_decode``, carries one sequence's tokens, the sequences taking turns, and a long prefill
@@ -22,7 +30,9 @@ greedy reply leaves its solo one at a near-tie (gemma4-mm-tiny, f32: a 0.0009-na
 in one of three prompts, every run; Gemma 3 Q4_K_M: 15 of 24 equal). One sequence per step
 meets exactly the kernels it meets alone: every reply equals its solo reply bit for bit.
 Quantized weights other than Q4_0/Q5_0/Q8_0/IQ4_NL take ``vec_dot`` or a kernel whose decode
-rows measured bit-identical beside 1-7 other sequences, so they share steps by default.
+rows measured bit-identical beside 1-7 other sequences, so they share steps by default
+(K-quants reach llama.cpp's tiled matmul in a pass of 8 rows: Gemma 3 Q4_K_M agreed 11-15 of 24
+in 8-sequence steps, llama-server 11 of 24; docs/guides/openai-server.md).
 With ``batch_invariant=False`` the scheduler puts every sequence that wants tokens into one
 ``llama_decode`` per step and cuts long prefills into pieces that ride along with the running
 decodes: the throughput of continuous batching, with that rounding. Sampling, stop tokens,
@@ -105,8 +115,11 @@ class BatchEngine:
         self._batch: Any = lc.llama_batch_init(self.n_batch, 0, 1)
         #: One sequence per ``llama_decode`` (batch invariance; module docstring).
         self.invariant = batch_invariant(model, options)
+        #: (rows by sequence id: one forward pass per step with per-sequence caches; module
+        #: docstring)
         self.scheduler = StepScheduler(self._decode, self.n_batch,
-                                       max_sequences=1 if self.invariant else None)
+                                       max_sequences=1 if self.invariant else None,
+                                       rows_by_sequence=True)
         #: The one thread every ``llama_decode`` of this context runs on (module docstring).
         self._decoder = ThreadPoolExecutor(1, thread_name_prefix="eliza-llamacpp-decode")
         self._lock = threading.Lock()  # the sequence ids
@@ -140,7 +153,8 @@ class BatchEngine:
                 raise SessionBusyError(
                     f"all {self.parallel} sequences of this batched context are in use: close "
                     f"a stream first, or make the InferenceContext with a larger parallel")
-            seq = self._free.pop(0)
+            seq = min(self._free)  # the lowest: live ids stay one run (module docstring)
+            self._free.remove(seq)
             self.cached[seq] = []
             self.pieces[seq] = []
         return SharedLane(self, seq)

@@ -53,8 +53,10 @@ class LlamaCppOptions(FrozenModel):
         "f16, bf16, Q8_0, Q4_0, Q5_0, IQ4_NL: llamafile's tinyBLAS from 2 rows, vec_dot for "
         "1), False for the others (Q4_1, Q5_1, K-quants, IQ-quants), whose decode rows "
         "measured bit-identical beside 1-7 other sequences (SmolLM2 Q4_1: 24 of 24 batched "
-        "replies equal their solo ones; Gemma 3 Q4_K_M: 22 of 24, the residual from prefix "
-        "reuse, not load; docs/guides/openai-server.md measures both modes).")
+        "replies equal their solo ones; Gemma 3 Q4_K_M: 22 of 24 while steps were cut into "
+        "passes of a few rows, 11-15 of 24 since a step of 8 is one pass, whose rows reach the "
+        "tiled K-quant matmul, as llama-server's 11 of 24; docs/guides/openai-server.md "
+        "measures both modes).")
     extra_buffers: bool | None = Field(
         None, description="llama.cpp's extra CPU buffer types (AMX / repacked weights). Default: "
         "on, except on CPUs with AMX, where llama-cpp-python 0.3.36's AMX matmul segfaults on "
