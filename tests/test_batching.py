@@ -337,6 +337,45 @@ def test_a_shared_prefix_is_copied_not_decoded() -> None:
         b.close()
 
 
+def test_a_state_loaded_into_the_source_of_a_prefix_copy_does_not_reach_the_copy(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Across per-sequence caches llama.cpp copies a cache at the next ``llama_decode``, not at
+    ``llama_memory_seq_cp``. A state loaded into the source in between (the prompt cache
+    restoring another conversation into that slot, on another request's thread) must not be
+    what the copy gets: the load is refused until that decode, a save of the copy fails, and
+    the copying sequence replies as it does alone. The interleaving is made certain by trying
+    both right after the copy, where that thread may come."""
+    prompts = _prompts(TINY_BUNDLE)
+    header = [t for p in prompts[:4] for t in p][:60]
+    first, second, other = header + prompts[5], header + prompts[6], prompts[12]
+    n = 16
+    alone = _solo(TINY_BUNDLE, second, max_tokens=n)
+    with InferenceContext(TINY_BUNDLE, parallel=2) as ctx:
+        a, b = _open(ctx, max_tokens=n), _open(ctx, max_tokens=n)
+        lane = a._lane  # type: ignore[attr-defined]
+        a.prefill(other)
+        other_state = lane.save()
+        a.reset()
+        a.prefill(first)
+        engine = lane.engine
+        share_prefix = engine.share_prefix
+        tried: list[tuple[bool, bytes]] = []
+
+        def share_then_load(seq: int, tokens: Sequence[int], start: int) -> int:
+            new_start = share_prefix(seq, tokens, start)
+            assert new_start >= len(header)  # copied from a
+            tried.append((lane.load(other_state, other), b._lane.save()))  # type: ignore[attr-defined]
+            return int(new_start)
+
+        monkeypatch.setattr(engine, "share_prefix", share_then_load)
+        assert _generate(b, second) == alone
+        assert tried == [(False, b"")]
+        assert lane.load(other_state, other)  # the copy is made: loads are taken again
+        assert engine.pending_copies == []
+        a.close()
+        b.close()
+
+
 def _common(a: list[int], b: list[int]) -> int:
     n = 0
     while n < min(len(a), len(b)) and a[n] == b[n]:

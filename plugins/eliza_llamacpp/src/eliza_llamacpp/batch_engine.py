@@ -65,6 +65,17 @@ sequence that starts at position 0, and only the source's first whole batches fr
 kernels), so a shared system prompt shorter than the batch size is decoded by each sequence.
 A sequence's slot state is kept in one-stream form whatever the layout
 (:mod:`eliza_llamacpp.kv_streams`).
+
+A copy across per-sequence caches is made late: ``llama_memory_seq_cp`` only queues it, and the
+source's whole cache is copied at the start of the next ``llama_decode``. A state loaded into
+the source before then (the prompt cache restoring another conversation into that slot, on
+another request's thread) would be what the copy gets, and the copy's replies would read
+another conversation's cells (``benchmarks/server_rotation_agreement.py``); a state loaded into
+the copy would be overwritten, and one saved from it would be stale. So until that decode a
+slot load into either sequence is refused (the sequence is left empty and prefills again, as
+after any refused load) and a slot save of the copy fails. Copying the state at once instead
+(``llama_state_seq_get_data`` / ``set_data``) gives replies that differ from a lone context's
+(tests/test_batch_invariance.py), so the copy stays llama.cpp's.
 """
 
 from __future__ import annotations
@@ -139,6 +150,10 @@ class BatchEngine:
         #: engine opened.
         self.decoded = 0
         self.prefill_copied = 0
+        #: The (source, copy) sequences of the cross-cache prefix copies llama.cpp has yet to
+        #: make (at the next ``llama_decode``; module docstring): neither may load a state
+        #: before then, nor a copy save one.
+        self.pending_copies: list[tuple[int, int]] = []
 
     # ------------------------------------------------------------------ sequences
 
@@ -209,6 +224,7 @@ class BatchEngine:
         else:  # across per-sequence caches llama.cpp copies whole caches only: copy, then cut
             lc.llama_memory_seq_cp(self.mem, src, seq, -1, -1)
             lc.llama_memory_seq_rm(self.mem, seq, best, -1)
+            self.pending_copies.append((src, seq))
         mine.extend(full[start:best])
         self.pieces[seq] = list(self.pieces[src])
         self.cut_pieces(seq, best)
@@ -253,6 +269,8 @@ class BatchEngine:
         batch.n_tokens = i
         self.decoded += i
         status = self._decode_on_own_thread(batch)
+        if status == 0:
+            self.pending_copies.clear()  # (made by this decode's cache update)
         if status:
             raise BackendRuntimeError(
                 f"llama_decode failed with status {status} on a batch of {len(pieces)} "
@@ -411,21 +429,26 @@ class SharedLane:
             return int(lc.llama_memory_seq_pos_min(engine.mem, self.seq))
 
     def save(self) -> bytes:
-        """See :meth:`eliza_llamacpp.lane.Lane.save`."""
+        """See :meth:`eliza_llamacpp.lane.Lane.save`; b"" while the sequence awaits a prefix
+        copy (module docstring)."""
         engine = self.engine
         with engine.scheduler.exclusive():
+            if any(copy == self.seq for _, copy in engine.pending_copies):
+                return b""
             state = save_seq(engine.ctx, self.seq)
         return to_one_stream(state, engine.slot_streams, self.seq)
 
     def load(self, state: bytes | memoryview, tokens: Sequence[int]) -> bool:
-        """See :meth:`eliza_llamacpp.lane.Lane.load`."""
+        """See :meth:`eliza_llamacpp.lane.Lane.load`; refused while a prefix copy from or into
+        the sequence is pending (module docstring)."""
         engine, seq = self.engine, self.seq
         with engine.scheduler.exclusive():
             cached = engine.cached[seq]
             cached.clear()
             engine.pieces[seq] = []  # (loaded cells: not known to be a lone context's)
             lc.llama_memory_seq_rm(engine.mem, seq, -1, -1)
-            if not load_seq(engine.ctx, seq, to_streams(state, engine.slot_streams)):
+            if any(seq in pair for pair in engine.pending_copies) or \
+                    not load_seq(engine.ctx, seq, to_streams(state, engine.slot_streams)):
                 lc.llama_memory_seq_rm(engine.mem, seq, -1, -1)
                 return False
             n = int(lc.llama_memory_seq_pos_max(engine.mem, seq)) + 1
