@@ -85,8 +85,6 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar, cast
 
-import llama_cpp as lc
-
 from eliza_backends import (
     BackendRuntimeError,
     InferenceContext,
@@ -96,6 +94,7 @@ from eliza_backends import (
 )
 from eliza_backends.backend import Piece, StepScheduler, cpu_count
 
+from .bindings import lc
 from .kv_streams import to_one_stream, to_streams
 from .lane import TargetLinkedDrafter
 from .llama_context import Outputs, load_seq, new_context, save_seq
