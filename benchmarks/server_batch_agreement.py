@@ -1,6 +1,7 @@
 """Batch invariance through the server: 8 greedy requests (32 tokens each) sent alone, then in
-bursts of 8 at once, to ``eliza-backends serve --parallel 8`` in its default (one sequence per
-``llama_decode``) and its opt-in shared steps (``batch_invariant=false``), and to llama.cpp's
+bursts of 8 at once, to ``eliza-backends serve --parallel 8`` with one sequence per
+``llama_decode`` (``batch_invariant=true``) and with shared steps (``batch_invariant=false``;
+the default follows the weights: shared steps on Q4_1, Q5_1, K- and IQ-quants), and to llama.cpp's
 ``llama-server -np 8`` when it is built, in one run; prints, per server, how many burst replies
 equal the solo ones and the bursts' median aggregate tokens/s.
 
@@ -70,7 +71,8 @@ def main() -> None:
     for option in args.option:
         flags += ["--option", option]
     rows: dict[str, tuple[list[int], float]] = {}
-    for name, extra in [("eliza serve (default: one sequence per llama_decode)", []),
+    for name, extra in [("eliza serve, batch_invariant=true (one sequence per llama_decode)",
+                         ["--option", "llama.cpp:batch_invariant=true"]),
                         ("eliza serve, batch_invariant=false (shared steps)",
                          ["--option", "llama.cpp:batch_invariant=false"])]:
         with ServerProcess(args.model, *flags, *extra) as server:
