@@ -447,6 +447,58 @@ def test_rows_by_sequence_lays_a_step_out_in_id_order(by_sequence: bool,
     assert {seq: rows[seq] for seq in expected} == dict(zip(expected, range(4), strict=True))
 
 
+def test_an_expected_prefill_shares_the_step_of_one_already_queued() -> None:
+    """A sequence that said it is about to submit (``expect``: a prompt on its way, its thread
+    busy with a call between steps) is waited for like a running one: the queued prefill does
+    not start a step of its own, both prompts decode in one step. One that never comes costs
+    the gather window once."""
+    steps: list[list[int]] = []
+    sched = StepScheduler(lambda pieces: steps.append([p.seq for p in pieces]), 64,
+                          gather_window=5.0)
+    sched.expect(1)
+    late = threading.Thread(target=lambda: (time.sleep(0.2), sched.submit(
+        1, [7, 8, 9], 0, 1, lambda piece: None)), daemon=True)
+    late.start()
+    sched.submit(0, [4, 5, 6], 0, 1, lambda piece: None)
+    late.join(10)
+    assert steps == [[0, 1]]
+
+    sched.gather_window = 0.05
+    sched.expect(2)  # never submits
+    began = time.perf_counter()
+    sched.submit(0, [1], 3, 1, lambda piece: None)
+    assert 0.04 <= time.perf_counter() - began < 5.0
+    assert steps[-1] == [0] and sched.records[-1].waited_out
+
+
+def test_calls_between_steps_get_in_before_the_next_step() -> None:
+    """A thread blocked entering ``exclusive()`` while a step decodes runs its call before the
+    leader's next step, every time (the leader, already running, would otherwise often take
+    the native lock again first, and a request's slot save or prefix copy would wait several
+    steps)."""
+    steps = 0
+    waited: list[int] = []
+
+    def decode(pieces: Sequence[Piece]) -> None:
+        nonlocal steps
+        steps += 1
+        time.sleep(0.004)
+
+    sched = StepScheduler(decode, 1, gather_window=1.0)
+    leader = threading.Thread(target=lambda: sched.submit(0, list(range(400)), 0, 1,
+                                                          lambda piece: None), daemon=True)
+    leader.start()
+    while steps < 2:
+        time.sleep(0.001)
+    for _ in range(40):  # each call enters while a step decodes, at any point of it
+        before = steps
+        with sched.exclusive():
+            waited.append(steps - before)
+        time.sleep(0.0013)
+    leader.join(20)
+    assert max(waited) <= 1, waited
+
+
 def test_batch_stats_count_every_batched_runtime_context_of_a_context() -> None:
     with InferenceContext(TINY_BUNDLE) as plain, _open(plain) as s:
         s.prefill(_prompts(TINY_BUNDLE)[0])

@@ -27,6 +27,16 @@ has passed since it started gathering, whichever is first. A sequence that does 
 within the window (a slow client, a stream that ended on a stop string) is not expected again
 until it is decoded again, so it costs one window once. :meth:`StepScheduler.idle` says a
 sequence will not resubmit soon (its stream ended, it was reset or closed): nobody waits for it.
+:meth:`StepScheduler.expect` says the opposite of a sequence that is not running yet: a prompt on
+its way (its thread first makes a call between steps, such as copying a shared prefix), waited
+for like a running sequence, so prompts that arrive together share a step instead of the first
+one starting a step of its own (measured, ``serve --parallel 8``, 8 clients arriving in a
+burst: the first prefill used to decode alone while the others were 1 ms behind it).
+
+**Calls between steps go first.** A thread blocked entering :meth:`StepScheduler.exclusive`
+while a step decodes gets the runtime context before the leader's next step (the leader waits
+for it, at most the gather window): the leader, already running, could otherwise take it again
+first, and a request's slot save or prefix copy would wait several steps.
 
 **Budget and order.** A step carries at most ``max_tokens`` tokens (the runtime's batch size).
 Decode shares (every token wants an output: the one pending token, a draft verification) go
@@ -76,7 +86,8 @@ Stable API (the llama.cpp and MLX plugins build on it; keep it):
   them: see :attr:`Piece.row`) and returns when its outputs can be read.
 * ``submit(seq, tokens, start, n_outputs, on_done, cancelled=None) -> R``: blocks until the
   share's last piece was decoded and ``on_done(last_piece)`` ran; returns what it returned.
-* ``idle(seq)``, ``exclusive()``, ``close()``, ``closed``, ``queued``, ``stats()``,
+* ``idle(seq)``, ``expect(seq)``, ``exclusive()``, ``close()``, ``closed``, ``queued``,
+  ``stats()``,
   ``records`` (the recent :class:`StepRecord`).
 
 Threads: every method is safe from any thread. Only ``decode`` and the callbacks run native
@@ -254,6 +265,8 @@ class StepScheduler:
         self._queue: list[_Share] = []  # arrival order
         self._queued: dict[Hashable, _Share] = {}
         self._expected: set[Hashable] = set()
+        self._announced: set[Hashable] = set()  # expect(): a share is on its way
+        self._waiting_native = 0  # threads blocked entering exclusive()
         self._finished_at: dict[Hashable, float] = {}
         self._leader: int | None = None
         self._closed = False
@@ -298,6 +311,7 @@ class StepScheduler:
             if seq in self._queued:
                 raise InvalidArgumentError(f"sequence {seq!r} already has a share queued")
             now = time.perf_counter()
+            self._announced.discard(seq)
             finished = self._finished_at.pop(seq, None)
             if finished is not None and share.decode:
                 self._lags.append(now - finished)
@@ -323,18 +337,37 @@ class StepScheduler:
         the next step does not wait for it."""
         with self._lock:
             self._expected.discard(seq)
+            self._announced.discard(seq)
             self._finished_at.pop(seq, None)
             self._arrivals.notify_all()
+
+    def expect(self, seq: Hashable) -> None:
+        """``seq`` is about to submit (a prefill on its way, after a call between steps): the
+        next step waits for it as for a running sequence, at most the gather window, so
+        prompts that arrive together are decoded together. :meth:`submit` or :meth:`idle`
+        ends the expectation."""
+        with self._lock:
+            self._announced.add(seq)
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
         """Hold the runtime context between steps (no decode runs meanwhile): for the native
         calls a backend makes outside a step. Re-entrant (a callback may use it). Raises
         :class:`SessionClosedError` once the scheduler is closed."""
-        with self._native:
+        with self._lock:
+            self._waiting_native += 1
+        try:
+            self._native.acquire()
+        finally:
+            with self._lock:
+                self._waiting_native -= 1
+                self._arrivals.notify_all()
+        try:
             if self._closed:
                 raise SessionClosedError("the batched runtime context is closed")
             yield
+        finally:
+            self._native.release()
 
     def close(self) -> None:
         """Refuse new shares, fail the queued ones with :class:`SessionClosedError` and wait
@@ -370,6 +403,7 @@ class StepScheduler:
             self._drop_cancelled()
             if own.done:
                 return
+            self._let_native_calls_in()
             gather_s, waited_out = self._gather(own)
             if own.done or self._closed:
                 continue
@@ -381,18 +415,32 @@ class StepScheduler:
                 self._lock.acquire()
             self._finish(plan, gather_s, waited_out, decode_s)
 
+    def _let_native_calls_in(self) -> None:
+        """Wait (at most the gather window) until the threads blocked entering
+        :meth:`exclusive` got in: the leader, already running, would otherwise take the native
+        lock for the next step first, again and again, and a request's between-step calls
+        (saving an evicted state, copying a prefix) would wait several steps."""
+        deadline = time.perf_counter() + self.gather_window
+        while self._waiting_native and not self._closed:
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                return
+            self._arrivals.wait(remaining)
+
     def _gather(self, own: _Share) -> tuple[float, bool]:
         """Wait until every expected sequence has a share queued, or the window passed.
         Returns (seconds waited, whether the window ran out with one missing)."""
         t0 = time.perf_counter()
         deadline = t0 + self.gather_window
         while True:
-            missing = any(s not in self._queued for s in self._expected)
+            missing = any(s not in self._queued for s in self._expected) or \
+                any(s not in self._queued for s in self._announced)
             if not missing or self._step_full():
                 return time.perf_counter() - t0, False
             now = time.perf_counter()
             if now >= deadline:
                 self._expected.clear()  # not expected again until decoded again
+                self._announced.clear()
                 return now - t0, True
             self._arrivals.wait(deadline - now)
             self._drop_cancelled()

@@ -376,6 +376,7 @@ class SharedLane:
         the prefix another sequence holds."""
         engine, seq = self.engine, self.seq
         if outputs == "last" and len(tokens) > 1:
+            engine.scheduler.expect(seq)  # (prompts arriving together share a step)
             with engine.scheduler.exclusive():
                 new_start = engine.share_prefix(seq, tokens, start)
             tokens, start = tokens[new_start - start:], new_start
