@@ -320,6 +320,25 @@ def test_a_continuing_conversation_goes_back_to_its_session(server: ServerProces
     assert second.choices[0].message.content == want.choices[0].message.content
 
 
+def test_a_prompt_asked_again_goes_back_to_the_session_that_answered_it(
+        server: ServerProcess) -> None:
+    """A repeated prompt (a "regenerate", a retry) is routed by the share of the request it
+    covers too, not only of what the slot holds: the slot that answered it holds the prompt
+    and a long reply (most of its text), and the request finds its whole prompt cached there
+    instead of going to the least recently used slot."""
+    c = client(server)
+    asked = [{"role": "user", "content": "Name a color, then count upwards."}]
+    c.chat.completions.create(model="tiny", messages=MATH, max_tokens=8)  # the LRU slot next
+    first = c.chat.completions.create(model="tiny", messages=asked, max_tokens=96,
+                                      extra_body=LONG)
+    again = c.chat.completions.create(model="tiny", messages=asked, max_tokens=96,
+                                      extra_body=LONG)
+    assert first.usage is not None and again.usage is not None
+    cached = again.usage.prompt_tokens_details.cached_tokens  # type: ignore[union-attr]
+    assert cached == again.usage.prompt_tokens - 1
+    assert again.choices[0].message.content == first.choices[0].message.content
+
+
 def test_every_request_is_in_the_structured_access_log(server: ServerProcess) -> None:
     def chats() -> list[dict[str, Any]]:
         return [r for r in server.access_records() if r["path"] == "/v1/chat/completions"]

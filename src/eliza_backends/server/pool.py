@@ -11,10 +11,12 @@ session does runs on its slot's thread, and the event loop only awaits the resul
 * **Prefix routing.** Each slot remembers, as text, what its session holds (the last prompt and
   its reply). A request goes to the free slot whose text shares the longest prefix with the
   request's rendered prompt (a continuing conversation finds its own KV cache), among slots
-  whose session settings fit, provided it shares at least :data:`SIMILARITY` of that text;
-  otherwise to the least recently used slot (so a new conversation does not evict one that
-  shares only a template header with it; reopening a session with other settings is cheaper
-  than re-prefilling a conversation that an LRU choice keeps). The text is only a
+  whose session settings fit, provided the shared prefix is at least :data:`SIMILARITY` of
+  that text or of the request's prompt (a prompt asked again, as a "regenerate" or a retry
+  does, finds the slot that answered it, as llama-server's ``--slot-prompt-similarity``
+  routes, though the reply it held is then cut: the prompt cache saves it first); otherwise to
+  the least recently used slot (reopening a session with other settings is cheaper than
+  re-prefilling a conversation that an LRU choice keeps). The text is only a
   hint: :meth:`Stream.prefill_reusing` computes the exact token prefix to keep.
 * **Prompt cache.** ``cache_bytes > 0``: the slots share one
   :class:`~eliza_backends.backend.prompt_cache.PromptCache` of that many bytes; a slot about to
@@ -373,7 +375,7 @@ class SessionPool:
                 continue
             fits = slot.key == key
             shared = shared_prefix(slot.text, text) if fits else 0
-            if shared < SIMILARITY * len(slot.text):
+            if shared < SIMILARITY * min(len(slot.text), len(text)):
                 shared = 0  # a different conversation: keep its cache, use an LRU slot
             score = (shared, -slot.last_used, int(fits))
             if best_score is None or score > best_score:
