@@ -162,16 +162,23 @@ def wait_ready(server: Server, timeout: float = 300) -> None:
     raise RuntimeError(f"{server.name} did not start in {timeout} s")
 
 
-def start_eliza(bundle: Path, mode: str, n: int, threads: int, *extra: str) -> Server:
+def start_eliza(bundle: Path, mode: str, n: int, threads: int, *extra: str,
+                source: Path | None = None) -> Server:
     """``eliza-backends serve --parallel n`` (mode ``parallel``) or ``--sessions n``, with
-    ``extra`` flags (named after the server's)."""
+    ``extra`` flags (named after the server's); ``source``: run the package and plugins of that
+    checkout (its ``src`` and ``plugins/*/src`` first on ``PYTHONPATH``) instead of the
+    installed ones."""
     port = free_port()
     per = threads if mode == "parallel" else max(1, threads // n)
+    env = None
+    if source is not None:
+        paths = [source / "src", *sorted(source.glob("plugins/*/src"))]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, paths))}
     proc = subprocess.Popen(
         [sys.executable, "-m", "eliza_backends", "serve", str(bundle), "--port", str(port),
          "--backend", "llama.cpp", f"--{mode}", str(n), "--threads", str(per),
          "--context-size", "2048", "--queue", "64", "--log-level", "warning", *extra],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True, cwd=ROOT, env=env)
     return Server(" ".join([f"eliza --{mode} {n}", *extra]), proc,
                   f"http://127.0.0.1:{port}/v1", per if mode == "parallel" else n * per)
 
