@@ -7,9 +7,12 @@ The conversions themselves (torch, litert-torch) run in the real-model tier, tes
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +22,7 @@ from eliza_backends import BundleError, InvalidArgumentError, create_bundle, ver
 from eliza_backends.convert import MissingToolError, parse_plan
 from eliza_backends.convert.gguf_source import TokenizerFacts
 from eliza_backends.convert.hf_checkpoint import permute_rotary, unpermute_rotary
-from eliza_backends.convert.stages import StageRunner
+from eliza_backends.convert.stages import LIMIT_ENV, StageRunner, cache_limit_bytes
 from eliza_backends.convert.tokenizer_build import (
     hf_tokenizer_json,
     sentencepiece_model,
@@ -133,6 +136,38 @@ def test_stages_are_cached_by_content_key(tmp_path: Path) -> None:
     moved = runner.rekey(other, ("a", 3))  # filed under a key known once it ran
     assert not other.directory.exists() and (moved.directory / "out.txt").is_file()
     assert runner.run("s", ("a", 3), build).cached and len(calls) == 3
+
+
+def test_the_stage_cache_keeps_what_was_used_last(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    def build(d: Path) -> None:
+        (d / "weights.bin").write_bytes(b"w" * 1000)
+
+    earlier = StageRunner(tmp_path, log=None)
+    old = [earlier.run("hf", (n,), build).directory for n in range(4)]
+    for age, directory in enumerate(old):  # made (and last used) 4, 3, 2 and 1 hours ago
+        os.utime(directory / ".done", (time.time() - 3600 * (4 - age),) * 2)
+    (tmp_path / "hf-unfinished").mkdir()  # a stage another process is still building
+    (tmp_path / "hf-unfinished" / "weights.bin").write_bytes(b"w" * 1000)
+    (tmp_path / "verify-modules").mkdir()  # not a stage
+
+    log = io.StringIO()
+    runner = StageRunner(tmp_path, log=log)
+    assert runner.run("hf", (0,), build).cached  # the oldest, used again: now the newest
+    made = runner.run("mlx", ("new",), build).directory
+    runner.evict_unused(2500)  # room for two of the five finished stages' 1000 bytes
+
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [old[0].name, made.name, "hf-unfinished", "verify-modules"])
+    assert "removed 3 least recently used stages" in log.getvalue()
+    runner.evict_unused(0)  # 0: only this run's stages stay
+    assert old[0].is_dir() and made.is_dir()
+
+    monkeypatch.setenv(LIMIT_ENV, "lots")
+    with pytest.raises(InvalidArgumentError, match=LIMIT_ENV):
+        cache_limit_bytes()
+    monkeypatch.setenv(LIMIT_ENV, "0.5")
+    assert cache_limit_bytes() == 2**29
 
 
 def test_verify_key_follows_the_serving_modules_it_loaded(tmp_path: Path,

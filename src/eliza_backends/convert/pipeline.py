@@ -56,7 +56,7 @@ from .plan import (
     host_formats,
     parse_plan,
 )
-from .stages import StageRunner, content_key, output_bytes, recorded_seconds
+from .stages import StageRunner, cache_limit_bytes, content_key, output_bytes, recorded_seconds
 
 
 def default_cache_dir() -> Path:
@@ -104,6 +104,7 @@ def convert(src: str | os.PathLike[str], out: str | os.PathLike[str], plan: Conv
     from_hf = _check_request(source, plan)
     draft_dir = _check_draft(draft, from_hf)
     root = Path(out)
+    cache_limit = cache_limit_bytes()  # (a bad bound is refused before any work)
     _claim(root)
     runner = StageRunner(Path(work_dir) if work_dir else default_cache_dir() / "convert", log,
                          tool_output=tool_output)
@@ -125,6 +126,7 @@ def convert(src: str | os.PathLike[str], out: str | os.PathLike[str], plan: Conv
     report["seconds"] = round(sum(r.seconds for r in runner.records), 1)
     (root / "convert.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
     runner.say(f"bundle {root} ready")
+    runner.evict_unused(cache_limit)
     return report
 
 

@@ -5,6 +5,12 @@ sha256, an earlier stage's key, tool versions, the converter's own code). Its ou
 ``<work>/<name>-<key[:16]>/``; a ``.done`` file written last marks them complete, so a rerun
 (or a run after a crash) skips every stage that finished and resumes at the first that did not.
 
+The cache is bounded, least recently used first, like ccache: a stage found in the cache has its
+``.done`` touched, and after a conversion :func:`evict` removes finished stages this run did not
+use, oldest first, until the finished stages fit in ``$ELIZA_CONVERT_CACHE_GB`` (default
+:data:`DEFAULT_LIMIT_GB`; ``0`` keeps only the last run's stages). A bundle made earlier keeps
+its files: a bundle's files are hard links (or copies) of the stage outputs.
+
 The tools a stage runs in this process (transformers, coremltools, gguf, torch) print progress
 bars and warnings to stdout/stderr; while a stage builds, file descriptors 1 and 2 go to the
 stage's ``tools.log`` instead, so the terminal shows the stage lines only (``-v``:
@@ -25,7 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..errors import InvalidArgumentError
+
 _DONE = ".done"
+#: the environment variable that bounds the stage cache, in GiB (a float)
+LIMIT_ENV = "ELIZA_CONVERT_CACHE_GB"
+#: the bound when it is unset: one float32 set of a 1B model's stages in every format, twice
+DEFAULT_LIMIT_GB = 16.0
 
 
 def content_key(*parts: Any) -> str:
@@ -103,6 +115,8 @@ class StageRunner:
         key = content_key(name, *key_parts)
         out = self.work_dir / f"{name}-{key[:16]}"
         if (out / _DONE).is_file():
+            with contextlib.suppress(OSError):
+                (out / _DONE).touch()  # last used: what eviction orders by
             rec = StageRecord(name, key, True, 0.0, out)
             self.say(f"{name}: cached ({out.name})")
         else:
@@ -151,10 +165,62 @@ class StageRunner:
                             + [f"  (the tools' whole output: {path})"]),
                   file=self.log, flush=True)
 
+    def evict_unused(self, limit_bytes: int) -> None:
+        """Bound the stage cache to ``limit_bytes`` (:func:`evict`), keeping this run's
+        stages, and say what went."""
+        gone = evict(self.work_dir, {r.directory for r in self.records}, limit_bytes)
+        if gone:
+            self.say(f"stage cache: removed {len(gone)} least recently used stages "
+                     f"({sum(size for _, size in gone) / 2**30:.1f} GiB) to stay under "
+                     f"{limit_bytes / 2**30:g} GiB (${LIMIT_ENV})")
+
     def summary(self) -> list[dict[str, Any]]:
         """The records as JSON-ready dicts (for the conversion report)."""
         return [{"stage": r.name, "key": r.key, "cached": r.cached,
                  "seconds": round(r.seconds, 2)} for r in self.records]
+
+
+def cache_limit_bytes() -> int:
+    """The stage cache's bound in bytes, from ``$ELIZA_CONVERT_CACHE_GB`` (GiB, >= 0)."""
+    text = os.environ.get(LIMIT_ENV, "").strip()
+    try:
+        gib = float(text) if text else DEFAULT_LIMIT_GB
+    except ValueError:
+        raise InvalidArgumentError(
+            f"{LIMIT_ENV}={text!r} is not a number of GiB (e.g. {DEFAULT_LIMIT_GB:g}; "
+            "0 keeps the last run's stages only)") from None
+    if gib < 0 or gib != gib:
+        raise InvalidArgumentError(f"{LIMIT_ENV}={text!r}: the bound must be 0 or more GiB")
+    return int(gib * 2**30)
+
+
+def evict(work_dir: Path, keep: set[Path], limit_bytes: int) -> list[tuple[Path, int]]:
+    """Remove finished stages under ``work_dir`` other than ``keep``, least recently used
+    first (the mtime of ``.done``), until the finished stages take at most ``limit_bytes``;
+    returns what went, with its size in bytes. A stage still building (no ``.done``) and any
+    other file are left alone; a stage another process removed first is skipped."""
+    stages: list[tuple[float, Path, int]] = []
+    for entry in work_dir.iterdir() if work_dir.is_dir() else ():
+        try:
+            used = (entry / _DONE).stat().st_mtime
+        except OSError:
+            continue
+        try:
+            size = output_bytes(entry)
+        except OSError:  # removed meanwhile by another process's eviction
+            continue
+        stages.append((used, entry, size))
+    total = sum(size for _, _, size in stages)
+    gone: list[tuple[Path, int]] = []
+    for _, entry, size in sorted(stages, key=lambda stage: stage[0]):
+        if total <= limit_bytes:
+            break
+        if entry in keep:
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        total -= size
+        gone.append((entry, size))
+    return gone
 
 
 def _is_fd(stream: TextIO, fd: int) -> bool:
@@ -186,5 +252,5 @@ def output_bytes(path: Path) -> int:
     return path.stat().st_size
 
 
-__all__ = ["StageRecord", "StageRunner", "content_key", "output_bytes", "recorded_seconds",
-           "stage_seconds"]
+__all__ = ["DEFAULT_LIMIT_GB", "LIMIT_ENV", "StageRecord", "StageRunner", "cache_limit_bytes",
+           "content_key", "evict", "output_bytes", "recorded_seconds", "stage_seconds"]
