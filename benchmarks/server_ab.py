@@ -30,10 +30,13 @@ from bench_server import (
 TOKENS = 48
 
 
-def one_round(server: Server, clients: int) -> tuple[float, float]:
-    """(aggregate tok/s, median ms to first token) of one round."""
+def one_round(server: Server, clients: int) -> tuple[float, float, float]:
+    """(aggregate tok/s, median ms to first token, median ms per token after the first) of
+    one round."""
     samples, wall = run_batch(server, clients, TOKENS)
-    return sum(s.tokens for s in samples) / wall, statistics.median(s.ttft for s in samples) * 1e3
+    return (sum(s.tokens for s in samples) / wall,
+            statistics.median(s.ttft for s in samples) * 1e3,
+            statistics.median((s.seconds - s.ttft) / max(1, s.tokens - 1) for s in samples) * 1e3)
 
 
 def main() -> None:
@@ -57,7 +60,7 @@ def main() -> None:
         for server in servers.values():
             wait_ready(server)
             one_round(server, args.clients)  # warm
-        results: dict[str, list[tuple[float, float]]] = {name: [] for name in servers}
+        results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in servers}
         names = list(servers)
         for r in range(args.rounds):
             for name in names[r % len(names):] + names[:r % len(names)]:
@@ -71,6 +74,7 @@ def main() -> None:
         rate = statistics.median(r[0] for r in rows)
         print(f"{args.clients} clients  {name:16s} tok/s {rate:6.1f}"
               f"  TTFT p50 {statistics.median(r[1] for r in rows):6.1f} ms"
+              f"  then {statistics.median(r[2] for r in rows):5.2f} ms/token"
               f"  vs llama-server {statistics.median(ratios):.3f}"
               f"  [{' '.join(f'{x:.2f}' for x in ratios)}]")
 
