@@ -4,6 +4,7 @@ fingerprint covers every byte of the model (cached, so it is cheap after the fir
 from __future__ import annotations
 
 import re
+import struct
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,22 @@ def test_slots_restore_and_continue_exactly(tmp_path: Path) -> None:
                      ignore_eos=True) as stream:
         stream.session.restore_slot(slot)
         assert [t for step in stream for t in step.tokens] == expected
+
+
+@pytest.mark.parametrize("stream", [0, 1, 2])
+def test_a_batched_sequences_state_converts_in_place_to_one_stream(stream: int) -> None:
+    """llama.cpp's state of sequence ``stream`` in a 3-stream cache is [head, 3, 0 * stream,
+    count, cells, 0 * (2 - stream)]; its one-stream form [head, 1, count, cells] is a view
+    of the same buffer (the head moved up: for stream 1 it overlaps where it was), and back
+    to 3 streams the cells are in stream 0."""
+    from eliza_llamacpp.kv_streams import to_one_stream, to_streams
+
+    u32 = struct.Struct("<I").pack
+    head, cells = b"MAGC" + u32(7), u32(5) + bytes(range(40))
+    state = bytearray(head + u32(3) + u32(0) * stream + cells + u32(0) * (2 - stream))
+    one = to_one_stream(memoryview(state), 3, stream)
+    assert bytes(one) == head + u32(1) + cells
+    assert one.obj is state  # no copy
+    assert bytes(to_streams(bytes(one), 3)) == head + u32(3) + cells + u32(0) * 2
+    other = bytearray(head + u32(2) + cells)  # another layout: left as it is
+    assert to_one_stream(memoryview(other), 3, stream) == head + u32(2) + cells

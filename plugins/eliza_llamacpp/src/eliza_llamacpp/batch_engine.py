@@ -428,13 +428,13 @@ class SharedLane:
         with engine.scheduler.exclusive():
             return int(lc.llama_memory_seq_pos_min(engine.mem, self.seq))
 
-    def save(self) -> bytes:
-        """See :meth:`eliza_llamacpp.lane.Lane.save`; b"" while the sequence awaits a prefix
+    def save(self) -> memoryview:
+        """See :meth:`eliza_llamacpp.lane.Lane.save`; empty while the sequence awaits a prefix
         copy (module docstring)."""
         engine = self.engine
         with engine.scheduler.exclusive():
             if any(copy == self.seq for _, copy in engine.pending_copies):
-                return b""
+                return memoryview(b"")
             state = save_seq(engine.ctx, self.seq)
         return to_one_stream(state, engine.slot_streams, self.seq)
 

@@ -26,17 +26,21 @@ _ZERO = _U32.pack(0)
 HEAD = 8
 
 
-def to_one_stream(state: bytes, n_stream: int, stream: int) -> bytes:
+def to_one_stream(state: memoryview, n_stream: int, stream: int) -> memoryview:
     """The one-stream form of ``state``, sequence ``stream``'s state in an ``n_stream`` cache
-    of a model with one KV cache; ``state`` unchanged when it is not that layout."""
-    head, cache = state[:HEAD], state[HEAD:]
-    if n_stream <= 1 or len(cache) < 4 * (n_stream + 1):
+    of a model with one KV cache; ``state`` unchanged when it is not that layout. Converted in
+    place, without copying the cells: the head moves up to where the stream count of the
+    one-stream form goes, and the result is a view of ``state`` (a writable view; its bytes
+    are reused)."""
+    lead, tail = 4 * (stream + 1), 4 * (n_stream - 1 - stream)
+    if n_stream <= 1 or len(state) < HEAD + 4 * (n_stream + 1) or \
+            _U32.unpack_from(state, HEAD)[0] != n_stream or \
+            any(state[HEAD + 4:HEAD + lead]) or any(state[len(state) - tail:]):
         return state
-    lead = _U32.pack(n_stream) + _ZERO * stream
-    tail = _ZERO * (n_stream - 1 - stream)
-    if not cache.startswith(lead) or not cache.endswith(tail):
-        return state
-    return head + _U32.pack(1) + cache[len(lead):len(cache) - len(tail)]  # (empty: [1, 0])
+    start = lead - 4  # the one-stream form: head, 1, then the cells where they are
+    state[start:start + HEAD] = bytes(state[:HEAD])
+    _U32.pack_into(state, start + HEAD, 1)
+    return state[start:len(state) - tail]  # (no cells: [1, 0])
 
 
 def to_streams(state: bytes | memoryview, n_stream: int) -> bytes | memoryview:

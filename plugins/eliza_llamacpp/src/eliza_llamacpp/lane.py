@@ -101,8 +101,9 @@ class Lane(Protocol):
         cache holds only the window's last positions, as after restoring a saved state)."""
         ...
 
-    def save(self) -> bytes:
-        """The sequence's state (``llama_state_seq_get_data``); b"" when llama.cpp fails."""
+    def save(self) -> memoryview:
+        """The sequence's state (``llama_state_seq_get_data``), a writable view of a buffer
+        the caller owns; empty when llama.cpp fails."""
         ...
 
     def load(self, state: bytes | memoryview, tokens: Sequence[int]) -> bool:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import ctypes
 from typing import Any, Literal
 
+import numpy as np
+
 from eliza_backends import BackendRuntimeError, StreamConfig
 from eliza_backends.backend import cpu_count
 
@@ -89,23 +91,26 @@ def fill_batch(batch: Any, tokens: list[int], start: int, outputs: Outputs) -> N
     batch.n_tokens = len(tokens)
 
 
-def save_seq(ctx: Any, seq: int) -> bytes:
-    """Sequence ``seq``'s state in ``ctx`` (b"" when llama.cpp writes nothing). One copy of
-    the state besides llama.cpp's own write (slicing the ctypes array would build a list of
-    Python ints: a second per 20 MB)."""
+def save_seq(ctx: Any, seq: int) -> memoryview:
+    """Sequence ``seq``'s state in ``ctx`` (empty when llama.cpp writes nothing): a writable
+    view of a buffer this call allocated for llama.cpp to write into, owned by the caller (no
+    copy: a state is megabytes, and each copy of fresh pages costs a page fault every 4 KiB;
+    slicing the ctypes array instead would build a list of Python ints)."""
     size = lc.llama_state_seq_get_size(ctx, seq)
     area = bytearray(size)  # calloc'd: pages are touched only by llama.cpp's write
     buf = (ctypes.c_uint8 * size).from_buffer(area)
     written = lc.llama_state_seq_get_data(ctx, buf, size, seq)
-    del buf  # (the bytearray cannot be sliced into bytes while an export holds it)
-    return bytes(memoryview(area)[:written])
+    del buf  # (its export would pin the bytearray)
+    return memoryview(area)[:written]
 
 
 def load_seq(ctx: Any, seq: int, state: bytes | memoryview) -> bool:
-    """Load a saved sequence state into sequence ``seq`` of ``ctx`` (which must be empty)."""
+    """Load a saved sequence state into sequence ``seq`` of ``ctx`` (which must be empty).
+    llama.cpp reads ``state`` where it lies (no copy; the caller holds it for the call)."""
     size = len(state)
-    buf = (ctypes.c_uint8 * size).from_buffer_copy(state)
-    return bool(lc.llama_state_seq_set_data(ctx, buf, size, seq))
+    data = np.frombuffer(state, dtype=np.uint8)  # (a view: read-only buffers too)
+    return bool(lc.llama_state_seq_set_data(
+        ctx, data.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)), size, seq))
 
 
 __all__ = ["Outputs", "fill_batch", "load_seq", "new_context",

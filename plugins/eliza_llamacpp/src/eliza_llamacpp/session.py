@@ -403,7 +403,7 @@ class LlamaCppSession(Session):
         state = self._lane.save()
         if not state:
             raise SlotError("llama.cpp could not serialise the sequence state")
-        return struct.pack("<I", self._cursor.n_kv) + state
+        return b"".join((struct.pack("<I", self._cursor.n_kv), state))  # the one copy
 
     def _window_holds(self, n: int) -> bool:
         """Whether the sequence can decode position ``n`` after its cache is cut there: a

@@ -136,7 +136,7 @@ class SoloLane:
         """See :meth:`eliza_llamacpp.lane.Lane.pos_min`."""
         return int(lc.llama_memory_seq_pos_min(self.mem, 0))
 
-    def save(self) -> bytes:
+    def save(self) -> memoryview:
         """See :meth:`eliza_llamacpp.lane.Lane.save`."""
         return save_seq(self.ctx, 0)
 
