@@ -22,7 +22,7 @@ from eliza_backends import BundleError, InvalidArgumentError, create_bundle, ver
 from eliza_backends.convert import MissingToolError, parse_plan
 from eliza_backends.convert.gguf_source import TokenizerFacts
 from eliza_backends.convert.hf_checkpoint import permute_rotary, unpermute_rotary
-from eliza_backends.convert.stages import LIMIT_ENV, StageRunner, cache_limit_bytes
+from eliza_backends.convert.stages import LIMIT_ENV, RECENT_S, StageRunner, cache_limit_bytes
 from eliza_backends.convert.tokenizer_build import (
     hf_tokenizer_json,
     sentencepiece_model,
@@ -160,8 +160,12 @@ def test_the_stage_cache_keeps_what_was_used_last(tmp_path: Path,
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [old[0].name, made.name, "hf-unfinished", "verify-modules"])
     assert "removed 3 least recently used stages" in log.getvalue()
-    runner.evict_unused(0)  # 0: only this run's stages stay
-    assert old[0].is_dir() and made.is_dir()
+    beside = StageRunner(tmp_path, log=None).run("litert", ("beside",), build).directory
+    runner.evict_unused(0)  # 0: only this run's stages stay, and those used a moment ago
+    assert old[0].is_dir() and made.is_dir() and beside.is_dir()  # (another conversion's)
+    os.utime(beside / ".done", (time.time() - RECENT_S - 1,) * 2)
+    runner.evict_unused(0)
+    assert not beside.exists()
 
     monkeypatch.setenv(LIMIT_ENV, "lots")
     with pytest.raises(InvalidArgumentError, match=LIMIT_ENV):

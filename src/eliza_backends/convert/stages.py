@@ -8,7 +8,8 @@ sha256, an earlier stage's key, tool versions, the converter's own code). Its ou
 The cache is bounded, least recently used first, like ccache: a stage found in the cache has its
 ``.done`` touched, and after a conversion :func:`evict` removes finished stages this run did not
 use, oldest first, until the finished stages fit in ``$ELIZA_CONVERT_CACHE_GB`` (default
-:data:`DEFAULT_LIMIT_GB`; ``0`` keeps only the last run's stages). A bundle made earlier keeps
+:data:`DEFAULT_LIMIT_GB`; ``0`` keeps only the last run's stages, and those another
+conversion used in the last :data:`RECENT_S` seconds). A bundle made earlier keeps
 its files: a bundle's files are hard links (or copies) of the stage outputs.
 
 The tools a stage runs in this process (transformers, coremltools, gguf, torch) print progress
@@ -38,6 +39,9 @@ _DONE = ".done"
 LIMIT_ENV = "ELIZA_CONVERT_CACHE_GB"
 #: the bound when it is unset: one float32 set of a 1B model's stages in every format, twice
 DEFAULT_LIMIT_GB = 16.0
+#: seconds a stage stays after its last use whatever the bound: another conversion running
+#: beside this one may have just made it (or found it) and not yet linked it into its bundle
+RECENT_S = 600.0
 
 
 def content_key(*parts: Any) -> str:
@@ -197,8 +201,10 @@ def cache_limit_bytes() -> int:
 def evict(work_dir: Path, keep: set[Path], limit_bytes: int) -> list[tuple[Path, int]]:
     """Remove finished stages under ``work_dir`` other than ``keep``, least recently used
     first (the mtime of ``.done``), until the finished stages take at most ``limit_bytes``;
-    returns what went, with its size in bytes. A stage still building (no ``.done``) and any
-    other file are left alone; a stage another process removed first is skipped."""
+    returns what went, with its size in bytes. A stage still building (no ``.done``), one used
+    in the last :data:`RECENT_S` seconds and any other file are left alone; a stage another
+    process removed first is skipped."""
+    recent = time.time() - RECENT_S
     stages: list[tuple[float, Path, int]] = []
     for entry in work_dir.iterdir() if work_dir.is_dir() else ():
         try:
@@ -215,7 +221,7 @@ def evict(work_dir: Path, keep: set[Path], limit_bytes: int) -> list[tuple[Path,
     for _, entry, size in sorted(stages, key=lambda stage: stage[0]):
         if total <= limit_bytes:
             break
-        if entry in keep:
+        if entry in keep or used > recent:
             continue
         shutil.rmtree(entry, ignore_errors=True)
         total -= size
@@ -252,5 +258,6 @@ def output_bytes(path: Path) -> int:
     return path.stat().st_size
 
 
-__all__ = ["DEFAULT_LIMIT_GB", "LIMIT_ENV", "StageRecord", "StageRunner", "cache_limit_bytes",
-           "content_key", "evict", "output_bytes", "recorded_seconds", "stage_seconds"]
+__all__ = ["DEFAULT_LIMIT_GB", "LIMIT_ENV", "RECENT_S", "StageRecord", "StageRunner",
+           "cache_limit_bytes", "content_key", "evict", "output_bytes", "recorded_seconds",
+           "stage_seconds"]
