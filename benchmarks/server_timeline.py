@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench_server import QUESTIONS, free_port
+from bench_server import QUESTIONS, Server, free_port, wait_ready
 
 #: (module, class or None, function, label): what the child wraps
 WRAPPED = [
@@ -150,15 +150,10 @@ def main() -> None:
     proc = subprocess.Popen(
         [sys.executable, __file__, "--child", "serve", str(args.model), "--port", str(port),
          "--parallel", str(args.parallel), "--threads", str(args.threads)],
-        env={**os.environ, "TIMELINE_OUT": str(out)}, stdout=subprocess.DEVNULL)
+        env={**os.environ, "TIMELINE_OUT": str(out)}, stdout=subprocess.DEVNULL, text=True)
     url = f"http://127.0.0.1:{port}/v1"
     try:
-        for _ in range(600):
-            try:
-                if httpx.get(f"{url}/models", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+        wait_ready(Server("eliza (timeline)", proc, url, args.threads))
         client = httpx.Client(timeout=60)
 
         def ask(question: str) -> None:
