@@ -56,6 +56,7 @@ from .types import (
 
 if TYPE_CHECKING:
     from ..media import MediaItem
+    from ..runtime.batching import StepScheduler
     from .context import InferenceContext
 
 
@@ -181,6 +182,13 @@ class Session(SessionHooks):
     def closed(self) -> bool:
         """True once :meth:`close` ran."""
         return self.__guard.closed
+
+    @property
+    def scheduler(self) -> StepScheduler | None:
+        """The step scheduler of the batched runtime context this session decodes on (its
+        :meth:`~StepScheduler.stats`, and :meth:`~StepScheduler.adopt` for a server's stream
+        loop); None on a context of its own."""
+        return None
 
     @property
     def busy(self) -> bool:

@@ -139,6 +139,10 @@ class GenerationRun:
         responder, lease, outcome = self.responder, self.lease, "cancelled"
         try:
             async for index, gen, text in self.choices():
+                encoded = None if text is None else responder.step_json(index, text, gen)
+                if encoded is not None:  # (a running answer's text: no models built)
+                    yield f"data: {encoded}\n\n".encode()
+                    continue
                 events = responder.opening(index, gen) if text is None else \
                     responder.step(index, text, gen)
                 for event in events:
