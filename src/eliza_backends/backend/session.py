@@ -56,7 +56,6 @@ from .types import (
 
 if TYPE_CHECKING:
     from ..media import MediaItem
-    from ..runtime.batching import StepScheduler
     from .context import InferenceContext
 
 
@@ -73,9 +72,9 @@ class Session(SessionHooks):
 
     * **hooks** (``_prefill``, ``_decode``, ``_reset``, ``_truncate``, ``_token_bytes``,
       ``_tokenize``, ``_detokenize``, ``_save_state``, ``_restore_state``, ``_embed``,
-      ``_close``, and
-      the ``capabilities`` property): a backend implements them and never calls them; the
-      base class calls each with the consumer lock held, after validating the arguments;
+      ``_close``, and the ``capabilities`` and ``scheduler`` properties): a backend
+      implements them and never calls them; the base class calls each with the consumer
+      lock held, after validating the arguments;
     * **helpers** (``_raise_if_cancelled``, ``_cancel_requested``, ``_sequence``,
       ``_drafter``, ``_guide``, ``_stop_tokens``, ``_ends_generation``, ``_stream_ends_with``,
       ``_turn_max_tokens``, ``_speculate``): a backend
@@ -182,13 +181,6 @@ class Session(SessionHooks):
     def closed(self) -> bool:
         """True once :meth:`close` ran."""
         return self.__guard.closed
-
-    @property
-    def scheduler(self) -> StepScheduler | None:
-        """The step scheduler of the batched runtime context this session decodes on (its
-        :meth:`~StepScheduler.stats`, and :meth:`~StepScheduler.adopt` for a server's stream
-        loop); None on a context of its own."""
-        return None
 
     @property
     def busy(self) -> bool:

@@ -18,6 +18,16 @@ started or joined when a context closes, and a failure in ``decode`` surfaces on
 thread. The callbacks run on the leader's thread while every submitter of the batch is blocked,
 so a share's state (its sampler, its logits hook) is only ever touched by one thread at a time.
 
+**Or a thread of its own** (``stepping_thread``): a runtime whose native calls should all come
+from one thread (llama.cpp's CPU backend keeps an OpenMP team per calling thread) gets a
+stepping thread, started with the scheduler, and only that thread runs steps: a submitter
+queues its share and waits, and the stepping thread gathers, decodes, runs the callbacks and
+wakes it. :meth:`StepScheduler.adopt` hands that thread a whole job, a stream's loop of
+``next`` calls (the server's streamed answers): its shares are then decoded with no hop
+between threads at all, the job leading each step itself (every queued share included) when
+it submits. Measured (``serve --parallel 8``, SmolLM2 Q4_1, 2 threads, one client): the time
+between two ``llama_decode`` calls of a stream went from 0.98 to 0.39 ms (issue 39).
+
 **Gathering (the fragmentation trap).** After a step every finished sequence's thread wakes,
 does its per-token Python work (detokenize, stop strings, hand the token to a client) and
 resubmits. A scheduler that decoded whatever was queued the moment it had one share would
@@ -80,18 +90,21 @@ may use it too).
 Stable API (the llama.cpp and MLX plugins build on it; keep it):
 
 * ``StepScheduler(decode, max_tokens, *, gather_window=GATHER_WINDOW_S, max_sequences=None,
-  rows_by_sequence=False)``:
+  rows_by_sequence=False, stepping_thread=None)``:
   ``decode(pieces)``
   runs one forward pass over a batch of :class:`Piece` (in order; rows are numbered across
   them: see :attr:`Piece.row`) and returns when its outputs can be read.
 * ``submit(seq, tokens, start, n_outputs, on_done, cancelled=None) -> R``: blocks until the
   share's last piece was decoded and ``on_done(last_piece)`` ran; returns what it returned.
+* ``adopt(job) -> Future | None`` (with a stepping thread: run ``job`` there).
 * ``idle(seq)``, ``expect(seq)``, ``exclusive()``, ``close()``, ``closed``, ``queued``,
   ``stats()``,
   ``records`` (the recent :class:`StepRecord`).
 
 Threads: every method is safe from any thread. Only ``decode`` and the callbacks run native
-code, one step at a time.
+code, one step at a time (with a stepping thread: on that thread). A submitter interrupted
+while it waits (``KeyboardInterrupt``) abandons its share: it is dropped at the next step
+boundary (or finishes, when a step already carries it) before the interrupt propagates.
 """
 
 from __future__ import annotations

@@ -2,7 +2,10 @@
 
 :class:`SessionPool` opens ``sessions`` streams on one :class:`InferenceContext` (the weights are
 loaded once) and gives each its own worker thread: a session has one consumer, so everything a
-session does runs on its slot's thread, and the event loop only awaits the results.
+session does runs on its slot's thread, and the event loop only awaits the results. The one
+exception is a streamed answer's loop of steps on a batched context with a stepping thread
+(llama.cpp): it runs there when that thread is free (:meth:`Lease.run_steps`), so that its
+tokens pass no thread but that one and the event loop.
 
 * **Leases.** :meth:`SessionPool.acquire` returns a :class:`Lease` on a free slot. When every
   slot is busy, up to ``max_queue`` requests wait in FIFO order; one more raises
@@ -481,7 +484,8 @@ class Lease:
 
     async def run_steps(self, work: Callable[[Stream], T], last: Callable[[T], bool]
                         ) -> AsyncIterator[T]:
-        """Run ``work(stream)`` again and again on the slot's thread until ``last(result)``
+        """Run ``work(stream)`` again and again on the slot's thread (or the context's
+        stepping thread, :meth:`_adopted`) until ``last(result)``
         says it was the last, yielding each result. The slot's thread does not wait for the
         consumer between steps (a stream asks its batch for the next token at once, so a
         batched context gathers every sequence into each step, however busy the event loop

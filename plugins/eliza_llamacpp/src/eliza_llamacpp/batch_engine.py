@@ -47,8 +47,12 @@ thread that would call ``llama_decode`` changes from step to step and from reque
 llama.cpp's CPU backend (OpenMP) keeps a team of worker threads per calling thread, and a team
 whose master moved on keeps spinning for a while: measured on SmolLM2 Q4_1 with 2 threads,
 16 requests rotating over 8 calling threads took 7.9 s against 4.1 s from one thread, and
-``serve --parallel 8`` served one client at 0.56x of ``--sessions 1``. So every
-``llama_decode`` of an engine runs on the engine's own thread (one hop per step, ~0.1 ms).
+``serve --parallel 8`` served one client at 0.56x of ``--sessions 1``. So the engine's
+scheduler has a stepping thread of its own (``eliza-llamacpp-steps``) that makes every
+``llama_decode`` of the context; a server's streamed answer runs its whole loop there
+(:meth:`~eliza_backends.backend.StepScheduler.adopt`), with no hop between threads per token.
+A media block (libmtmd's encoder and its embeddings' decode) runs on its session's thread,
+between steps: the stepping thread may be running a stream that waits for those steps.
 
 **Shared prefixes.** A prefill that starts where its sequence's cache ends looks for the live
 sequence whose cached tokens share the longest prefix with the new sequence and copies those
