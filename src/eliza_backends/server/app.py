@@ -69,7 +69,8 @@ from ..openai.types import (
 )
 from .api_errors import ApiError, api_error, sse
 from .auth import ApiKeyGuard
-from .pool import Lease, SessionPool
+from .lease import Lease
+from .pool import SessionPool
 from .run import GenerationResponse, GenerationRun, starter
 from .slot_files import SlotFiles
 
