@@ -69,8 +69,7 @@ from ..openai.types import (
 )
 from .api_errors import ApiError, api_error, sse
 from .auth import ApiKeyGuard
-from .lease import Lease
-from .pool import SessionPool
+from .pool import Lease, SessionPool
 from .run import GenerationResponse, GenerationRun, starter
 from .slot_files import SlotFiles
 

@@ -2,10 +2,8 @@
 
 :class:`SessionPool` opens ``sessions`` streams on one :class:`InferenceContext` (the weights are
 loaded once) and gives each its own worker thread: a session has one consumer, so everything a
-session does runs on its slot's thread, and the event loop only awaits the results. The one
-exception is a streamed answer's loop of steps on a batched context with a stepping thread
-(llama.cpp): it runs there when that thread is free (:meth:`Lease.run_steps`), so that its
-tokens pass no thread but that one and the event loop.
+session does runs on its slot's thread (a generation's steps: on the stepping thread of a
+batched llama.cpp context when free, :meth:`Lease.run_steps`); the event loop awaits results.
 
 * **Leases.** :meth:`SessionPool.acquire` returns a :class:`Lease` on a free slot. When every
   slot is busy, up to ``max_queue`` requests wait in FIFO order; one more raises
@@ -53,11 +51,13 @@ the cores.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -66,6 +66,7 @@ from ..backend.prompt_cache import SIMILARITY, PromptCache
 from ..batch import DEFAULT_PARALLEL, batches, session_threads
 from ..config import StreamConfig
 from ..errors import (
+    CancelledError,
     ElizaError,
     InvalidArgumentError,
     PoolClosedError,
@@ -74,7 +75,6 @@ from ..errors import (
 )
 from ..serving import SessionKey, serving_config, session_key
 from ..stream import Stream, open_stream
-from .lease import Lease
 from .pool_stats import PoolStats
 from .throughput import Throughput
 from .warmup import warm_up
@@ -431,5 +431,169 @@ class SessionPool:
                    for s in self.slots])
 
 
-__all__ = ["PoolClosedError", "PoolFullError", "PoolStats", "SessionPool", "Slot",
+class Lease:
+    """One request's hold on a slot. Use it from the event loop: :meth:`call` runs work on the
+    slot's thread, :meth:`run_steps` runs a generation's steps there back to back,
+    :meth:`cancel` stops it, :meth:`release` (idempotent) gives the slot back."""
+
+    def __init__(self, pool: SessionPool, slot: Slot, config: StreamConfig) -> None:
+        self.pool = pool
+        self.slot = slot
+        self.config = config
+        self.cancel_reason: str | None = None
+        #: work items that completed on the slot's thread; and how many had when cancelled
+        self.steps = 0
+        self.steps_at_cancel: int | None = None
+        self._failed = False
+        self._released = False
+        self._freed: asyncio.Future[None] | None = None
+        #: the running job of :meth:`run_steps` (on the slot's thread or an adopted one)
+        self._job: Future[None] | None = None
+
+    async def call(self, work: Callable[[Stream], T], config: StreamConfig | None = None) -> T:
+        """Run ``work(stream)`` on the slot's thread and return its result. With ``config``,
+        the slot's session is first made to fit it (reopened when its settings differ).
+        A backend failure marks the session for reopening when the lease is released."""
+        slot, pool = self.slot, self.pool
+
+        def job() -> T:
+            if self.cancel_reason is not None:
+                raise CancelledError(f"cancelled: {self.cancel_reason}")
+            if config is not None and session_key(config) != slot.key:
+                pool._open_slot(slot, config)
+                pool.reopened += 1
+            assert slot.stream is not None
+            try:
+                result = work(slot.stream)
+                self.steps += 1
+                return result
+            except (InvalidArgumentError, CancelledError):
+                raise
+            except BaseException:
+                self._failed = True
+                raise
+
+        future: Future[T] = slot.executor.submit(job)
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            self.cancel("the request was cancelled")
+            raise
+
+    async def run_steps(self, work: Callable[[Stream], T], last: Callable[[T], bool]
+                        ) -> AsyncIterator[T]:
+        """Run ``work(stream)`` again and again on the slot's thread (or on the stepping
+        thread of its batched context, when free) until ``last(result)``
+        says it was the last, yielding each result. The slot's thread does not wait for the
+        consumer between steps (a stream asks its batch for the next token at once, so a
+        batched context gathers every sequence into each step, however busy the event loop
+        is); the results queue up until read. A failure ends it (raised here); so does a
+        cancel. Leaving early (or cancelling the awaiting task) cancels the lease."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[T | None, BaseException | None, bool]] = asyncio.Queue()
+        slot = self.slot
+
+        def post(item: tuple[T | None, BaseException | None, bool]) -> None:
+            with contextlib.suppress(RuntimeError):  # no event loop: the server stopped
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        def job() -> None:
+            while True:
+                try:
+                    if self.cancel_reason is not None:
+                        raise CancelledError(f"cancelled: {self.cancel_reason}")
+                    assert slot.stream is not None
+                    result = work(slot.stream)
+                    self.steps += 1
+                    done = last(result)
+                except BaseException as exc:
+                    if not isinstance(exc, InvalidArgumentError | CancelledError):
+                        self._failed = True
+                    post((None, exc, True))
+                    return
+                post((result, None, done))
+                if done:
+                    return
+
+        stepper = None if slot.stream is None else slot.stream.session.scheduler
+        adopted = None if stepper is None else stepper.adopt(job)  # (no hop between threads)
+        self._job = adopted or slot.executor.submit(job)
+        finished = False
+        try:
+            while not finished:
+                result, error, finished = await queue.get()
+                if error is not None:
+                    raise error
+                yield result  # type: ignore[misc]  # a result, when there is no error
+        finally:
+            if not finished:
+                self.cancel("the response ended before its generation")
+
+    @property
+    def released(self) -> bool:
+        """True once :meth:`release` ran."""
+        return self._released
+
+    def cancel(self, reason: str = "the client went away") -> None:
+        """Stop the running step and refuse further work (any time, from the event loop)."""
+        if self.cancel_reason is None:
+            self.cancel_reason = reason
+            self.steps_at_cancel = self.steps
+        stream = self.slot.stream
+        if stream is not None and not self._released:
+            stream.cancel()
+
+    def release(self, text: str = "") -> asyncio.Future[None]:
+        """Give the slot back: it is settled on its thread (rewound after a cancel, reopened
+        after a failure), remembers ``text`` (what its session now holds) for routing, and
+        then serves the next request. Never blocks; idempotent. The returned future is done
+        once the slot is free (await it before answering, so that the client's next request
+        finds the slot it just used)."""
+        if self._freed is not None:
+            return self._freed
+        loop = asyncio.get_running_loop()
+        self._freed = freed = loop.create_future()
+        self._released = True
+        pool, slot = self.pool, self.slot
+        cancelled, failed = self.cancel_reason is not None, self._failed
+
+        def settle() -> None:  # runs after the lease's last job finished
+            if self.steps_at_cancel is not None:
+                pool.steps_after_cancel.append(self.steps - self.steps_at_cancel)
+            stream = slot.stream
+            try:
+                if failed or stream is None or stream.session.closed:
+                    assert slot.config is not None
+                    pool._open_slot(slot, slot.config)
+                else:
+                    stream.end_generation()  # the lease's completion is over, however it ended
+                    if stream.session.cancelled:
+                        stream.reset_keep(stream.session.n_past)
+                    slot.text = text if stream.session.n_past else ""
+            except ElizaError:
+                slot.text = ""
+
+        pool.served += 1
+        pool.cancelled += cancelled
+        pool.failed += failed
+        slot.served += 1
+
+        def free() -> None:
+            pool._free(slot)
+            if not freed.done():
+                freed.set_result(None)
+
+        def settled(_future: Future[None]) -> None:
+            with contextlib.suppress(RuntimeError):  # no event loop: the server stopped
+                loop.call_soon_threadsafe(free)
+
+        def after_the_job(_job: object = None) -> None:
+            slot.executor.submit(settle).add_done_callback(settled)
+
+        # (an adopted job may still be running on the stepping thread: settle after it)
+        after_the_job() if self._job is None else self._job.add_done_callback(after_the_job)
+        return freed
+
+
+__all__ = ["Lease", "PoolClosedError", "PoolFullError", "PoolStats", "SessionPool", "Slot",
            "shared_prefix"]

@@ -28,7 +28,7 @@ from ..openai.formatting import Formatter
 from ..openai.generation import Generation, GenerationJob
 from ..stream import Stream
 from .api_errors import ApiError, api_error, sse
-from .lease import Lease
+from .pool import Lease
 
 
 class GenerationResponse(StreamingResponse):
