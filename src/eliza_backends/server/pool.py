@@ -480,15 +480,14 @@ class Lease:
             self.cancel("the request was cancelled")
             raise
 
-    async def run_steps(self, work: Callable[[Stream], T], last: Callable[[T], bool]
-                        ) -> AsyncIterator[T]:
-        """Run ``work(stream)`` again and again on the slot's thread (or on the stepping
-        thread of its batched context, when free) until ``last(result)``
-        says it was the last, yielding each result. The slot's thread does not wait for the
-        consumer between steps (a stream asks its batch for the next token at once, so a
-        batched context gathers every sequence into each step, however busy the event loop
-        is); the results queue up until read. A failure ends it (raised here); so does a
-        cancel. Leaving early (or cancelling the awaiting task) cancels the lease."""
+    def run_steps(self, work: Callable[[Stream], T], last: Callable[[T], bool]
+                  ) -> AsyncIterator[T]:
+        """Start ``work(stream)`` again and again on the slot's thread (or the stepping thread
+        of its batched context, when free) until ``last(result)``; the iterator yields each
+        result. The steps start now and never wait for the consumer (a batched context gathers
+        every sequence into each step, however busy the event loop is): results queue up. A
+        failure or a cancel ends it (raised by the iterator); leaving the iterator early (or
+        cancelling the awaiting task) cancels the lease."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[T | None, BaseException | None, bool]] = asyncio.Queue()
         slot = self.slot
@@ -518,6 +517,10 @@ class Lease:
         stepper = None if slot.stream is None else slot.stream.session.scheduler
         adopted = None if stepper is None else stepper.adopt(job)  # (no hop between threads)
         self._job = adopted or slot.executor.submit(job)
+        return self._results(queue)
+
+    async def _results(self, queue: asyncio.Queue[tuple[T | None, BaseException | None, bool]]
+                       ) -> AsyncIterator[T]:
         finished = False
         try:
             while not finished:
