@@ -5,9 +5,10 @@ requests back to back (the 8 questions of ``bench_server.py`` in turn).
     python benchmarks/server_timeline.py MODEL.gguf [--seconds 14] [--parallel 8] [--threads 2]
 
 Prints two tables of medians: the **token cycle** (between two consecutive marks of a decode
-step, e.g. ``engine> -> decode>``: from handing the step to the engine's thread until
-``llama_decode`` starts) and the **first token** (each mark's offset from the chat handler's
-start: tokenizing the prompt, the prompt cache's swap, the prefill's decode, the first step).
+step, e.g. ``next> -> engine>``: from the stream's ``next()`` until its step's batch is
+filled, ``engine>`` to ``decode>`` being that filling) and the **first token** (each mark's
+offset from the chat handler's start: tokenizing the prompt, the prompt cache's swap, the
+prefill's decode, the first step).
 
 The server runs in a child process of this script, with the wrapped functions named below
 (wrapping moves them by a few microseconds each; read differences, not absolutes). A renamed
@@ -42,7 +43,7 @@ WRAPPED = [
     ("eliza_backends.openai.generation", "Generation", "step", "step"),
     ("eliza_backends.stream", "Stream", "next", "next"),
     ("eliza_llamacpp.session", "LlamaCppSession", "_pick", "sample"),
-    ("eliza_llamacpp.batch_engine", "BatchEngine", "_decode_on_own_thread", "engine"),
+    ("eliza_llamacpp.batch_engine", "BatchEngine", "_decode", "engine"),
 ]
 
 events: list[tuple[str, float]] = []  # (label + ">" or "<", perf_counter); list.append is atomic

@@ -243,3 +243,34 @@ def test_importing_the_package_does_not_import_the_api_models() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == ["False", "False"]
+
+
+@pytest.mark.parametrize("logprobs", [False, True])
+def test_a_text_steps_json_is_the_chunks_json(logprobs: bool) -> None:
+    """The server's per-token shortcut (``Responder.step_json``) writes exactly the JSON of
+    the chunk ``step`` builds, for every step of a real reply, in chat and text shapes; it
+    steps aside (None) for the last step and whenever logprobs are asked for."""
+    from eliza_backends.openai.formatting import Responder
+    from eliza_backends.openai.generation import Generation
+    from eliza_backends.server.api_errors import sse
+
+    body = {"messages": MATH, "max_tokens": 48, "logprobs": logprobs}
+    job = chat_job(parse_request(ChatCompletionRequest, body))
+    with open_stream(TINY_BUNDLE, backend="llama.cpp", threads=1) as stream:
+        for kind in ("chat", "text"):
+            responder = Responder(kind, 'a "model" é')
+            gen = Generation.of_job(stream, job)
+            gen.start()
+            shortcuts = 0
+            while not gen.done:
+                text = gen.step()
+                encoded = responder.step_json(0, text, gen)
+                if encoded is None:
+                    continue
+                shortcuts += 1
+                [chunk] = responder.step(0, text, gen)
+                assert f"data: {encoded}\n\n".encode() == sse(chunk)
+            assert responder.step_json(0, "x", gen) is None  # (ended)
+            assert shortcuts == 0 if logprobs else shortcuts > 3
+            stream.end_generation(gen)
+            stream.reset()

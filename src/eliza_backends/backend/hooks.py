@@ -16,6 +16,7 @@ from .types import Capabilities, Decoded, MediaTokens
 
 if TYPE_CHECKING:
     from ..media import MediaItem
+    from ..runtime.batching import StepScheduler
 
 
 class SessionHooks(ABC):
@@ -29,6 +30,13 @@ class SessionHooks(ABC):
     def capabilities(self) -> Capabilities:
         """What this session supports; see :class:`Capabilities`."""
         return Capabilities()
+
+    @property
+    def scheduler(self) -> StepScheduler | None:
+        """The step scheduler of the batched runtime context this session decodes on (its
+        ``stats()``, and ``adopt()`` for a server's stream loop); None (the default) on a
+        context of its own."""
+        return None
 
     @abstractmethod
     def _prefill(self, token_ids: list[int]) -> None:

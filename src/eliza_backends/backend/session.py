@@ -72,9 +72,9 @@ class Session(SessionHooks):
 
     * **hooks** (``_prefill``, ``_decode``, ``_reset``, ``_truncate``, ``_token_bytes``,
       ``_tokenize``, ``_detokenize``, ``_save_state``, ``_restore_state``, ``_embed``,
-      ``_close``, and
-      the ``capabilities`` property): a backend implements them and never calls them; the
-      base class calls each with the consumer lock held, after validating the arguments;
+      ``_close``, and the ``capabilities`` and ``scheduler`` properties): a backend
+      implements them and never calls them; the base class calls each with the consumer
+      lock held, after validating the arguments;
     * **helpers** (``_raise_if_cancelled``, ``_cancel_requested``, ``_sequence``,
       ``_drafter``, ``_guide``, ``_stop_tokens``, ``_ends_generation``, ``_stream_ends_with``,
       ``_turn_max_tokens``, ``_speculate``): a backend

@@ -110,6 +110,10 @@ class MessagesFormatter:
         return [_event("content_block_start", index=0,
                        content_block={"type": "text", "text": ""})]
 
+    def step_json(self, index: int, text: str, generation: Generation) -> str | None:
+        """None: every step goes through :meth:`step` (its events change with the state)."""
+        return None
+
     def step(self, index: int, text: str, generation: Generation) -> list[BaseModel]:
         """A ``text_delta`` (opening the text block first); at the end, the text block's
         stop, each tool call's block and ``message_delta``."""

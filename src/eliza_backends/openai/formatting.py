@@ -10,6 +10,7 @@ usage (:func:`usage_of`). Both OpenAI front-ends, in process (:mod:`.local`) and
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any, Literal, Protocol
 
@@ -61,6 +62,12 @@ class Formatter(Protocol):
 
     def step(self, index: int, text: str, generation: Generation) -> list[BaseModel]: ...
 
+    def step_json(self, index: int, text: str, generation: Generation) -> str | None:
+        """The JSON of :meth:`step`'s one event when it is a plain text delta (the tokens
+        of a running answer: no end, no logprobs, no tool calls), encoded without building
+        its models (the server's per-token path); None when :meth:`step` must be used."""
+        ...
+
     def closing(self, generations: Sequence[Generation], include_usage: bool
                 ) -> list[BaseModel]: ...
 
@@ -83,6 +90,12 @@ class Responder:
         self.model = model
         self.id = completion_id("chatcmpl" if kind == "chat" else "cmpl")
         self.created = now()
+        # (step_json: a text chunk's JSON around its index and text, as pydantic writes it)
+        head = {"id": self.id, "object": "chat.completion.chunk" if kind == "chat" else
+                "text_completion", "created": self.created, "model": model}
+        self._json_head = _json(head)[:-1] + ',"choices":[{"index":'
+        self._json_text = ',"delta":{"content":' if kind == "chat" else ',"text":'
+        self._json_tail = "}}]}" if kind == "chat" else "}]}"
 
     def first_chunk(self, index: int) -> ChatCompletionChunk | None:
         """The chunk that opens choice ``index`` (chat: the assistant role; text: none)."""
@@ -137,6 +150,15 @@ class Responder:
             return []
         return [self.chunk(index, text, gen.finish_reason, gen)]
 
+    def step_json(self, index: int, text: str, generation: Generation) -> str | None:
+        """See :meth:`Formatter.step_json`: the JSON of :meth:`chunk` (``exclude_none``) for
+        a text-only step."""
+        gen = generation
+        if not text or gen.ended is not None or gen.logprobs is not None or \
+                gen.step_tool_calls:
+            return None
+        return f"{self._json_head}{index}{self._json_text}{_json(text)}{self._json_tail}"
+
     def closing(self, generations: Sequence[Generation], include_usage: bool
                 ) -> list[BaseModel]:
         """The usage chunk when ``include_usage`` (after every choice)."""
@@ -161,6 +183,11 @@ class Responder:
             choices=[CompletionChoice(index=i, text=g.text, finish_reason=g.finish_reason
                                       or "stop", logprobs=text_logprobs(g.logprobs))
                      for i, g in enumerate(generations)])
+
+
+def _json(value: Any) -> str:
+    """``value`` as compact JSON with non-ASCII characters kept, as pydantic writes it."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def assistant_message(gen: Generation) -> AssistantMessage:

@@ -161,6 +161,13 @@ class Generation:
         self.first_token_at: float | None = None
         self.stop = tuple(stop)
 
+    def __copy__(self) -> Generation:
+        """A shallow copy (a step's snapshot for another thread), made without the reduce
+        protocol ``copy.copy`` otherwise goes through: it runs once per token in the server."""
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        return clone
+
     def prompt_length(self) -> int:
         """How many tokens :meth:`start` would prefill for the prompt (messages rendered with
         the template and the tools, media expanded); on the stream's consumer thread."""

@@ -152,6 +152,10 @@ class ResponsesFormatter:
                 self._event("response.content_part.added", content_index=0,
                             part=OutputText(text="").model_dump(), **where)]
 
+    def step_json(self, index: int, text: str, generation: Generation) -> str | None:
+        """None: every step goes through :meth:`step` (its events change with the state)."""
+        return None
+
     def step(self, index: int, text: str, generation: Generation) -> list[BaseModel]:
         """The events of one step: a text delta (opening the message first), and at the end
         the closing of the text and each tool call's events."""

@@ -18,6 +18,16 @@ started or joined when a context closes, and a failure in ``decode`` surfaces on
 thread. The callbacks run on the leader's thread while every submitter of the batch is blocked,
 so a share's state (its sampler, its logits hook) is only ever touched by one thread at a time.
 
+**Or a thread of its own** (``stepping_thread``): a runtime whose native calls should all come
+from one thread (llama.cpp's CPU backend keeps an OpenMP team per calling thread) gets a
+stepping thread, started with the scheduler, and only that thread runs steps: a submitter
+queues its share and waits, and the stepping thread gathers, decodes, runs the callbacks and
+wakes it. :meth:`StepScheduler.adopt` hands that thread a whole job, a stream's loop of
+``next`` calls (the server's streamed answers): its shares are then decoded with no hop
+between threads at all, the job leading each step itself (every queued share included) when
+it submits. Measured (``serve --parallel 8``, SmolLM2 Q4_1, 2 threads, one client): the time
+between two ``llama_decode`` calls of a stream went from 0.98 to 0.39 ms (issue 39).
+
 **Gathering (the fragmentation trap).** After a step every finished sequence's thread wakes,
 does its per-token Python work (detokenize, stop strings, hand the token to a client) and
 resubmits. A scheduler that decoded whatever was queued the moment it had one share would
@@ -80,18 +90,21 @@ may use it too).
 Stable API (the llama.cpp and MLX plugins build on it; keep it):
 
 * ``StepScheduler(decode, max_tokens, *, gather_window=GATHER_WINDOW_S, max_sequences=None,
-  rows_by_sequence=False)``:
+  rows_by_sequence=False, stepping_thread=None)``:
   ``decode(pieces)``
   runs one forward pass over a batch of :class:`Piece` (in order; rows are numbered across
   them: see :attr:`Piece.row`) and returns when its outputs can be read.
 * ``submit(seq, tokens, start, n_outputs, on_done, cancelled=None) -> R``: blocks until the
   share's last piece was decoded and ``on_done(last_piece)`` ran; returns what it returned.
+* ``adopt(job) -> Future | None`` (with a stepping thread: run ``job`` there).
 * ``idle(seq)``, ``expect(seq)``, ``exclusive()``, ``close()``, ``closed``, ``queued``,
   ``stats()``,
   ``records`` (the recent :class:`StepRecord`).
 
 Threads: every method is safe from any thread. Only ``decode`` and the callbacks run native
-code, one step at a time.
+code, one step at a time (with a stepping thread: on that thread). A submitter interrupted
+while it waits (``KeyboardInterrupt``) abandons its share: it is dropped at the next step
+boundary (or finishes, when a step already carries it) before the interrupt propagates.
 """
 
 from __future__ import annotations
@@ -99,12 +112,14 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 from ..errors import CancelledError, InvalidArgumentError, SessionClosedError
+from .step_records import BatchStats, Piece, StepRecord
 
 R = TypeVar("R")
 
@@ -120,100 +135,6 @@ GATHER_WINDOW_S = 0.010
 RECORDS_KEPT = 4096
 
 
-@dataclass(frozen=True, slots=True)
-class Piece:
-    """One sequence's part of one step's batch.
-
-    ``tokens`` go at positions ``start..start+len-1`` of sequence ``seq``; the last
-    ``n_outputs`` of them want outputs (logits) (0 for a piece that is not the share's last).
-    ``row``: the index of ``tokens[0]`` in the step's flattened batch (the pieces before it
-    hold ``row`` tokens), so token ``j`` is batch row ``row + j``. ``index``: the piece's
-    place in the batch. ``final``: the share's last piece (its callback runs after this
-    decode)."""
-
-    seq: Hashable
-    tokens: Sequence[int]
-    start: int
-    n_outputs: int
-    row: int
-    index: int
-    final: bool
-
-    @property
-    def last_row(self) -> int:
-        """The batch row of the piece's last token."""
-        return self.row + len(self.tokens) - 1
-
-
-@dataclass(frozen=True, slots=True)
-class StepRecord:
-    """One step: how many sequences and tokens it decoded, how many of the sequences were
-    decodes (every token with an output) and how many prefill tokens it carried, how long the
-    leader gathered before it (seconds) and whether the window ran out (``waited_out``) with an
-    expected sequence missing, and the decode's own time (seconds)."""
-
-    sequences: int
-    tokens: int
-    decodes: int
-    prefill_tokens: int
-    gather_s: float
-    waited_out: bool
-    decode_s: float
-
-
-@dataclass(frozen=True, slots=True)
-class BatchStats:
-    """Totals since the scheduler was made: ``steps``, ``tokens`` decoded, ``shares`` finished,
-    ``failed`` / ``cancelled`` shares, ``waited_out`` steps, and ``batch_sizes`` (sequences per
-    step -> steps). ``resubmit_lags``: recent delays (seconds) between a sequence's decode
-    share finishing and its next decode share arriving (the per-token work between two steps
-    of a stream: what :data:`GATHER_WINDOW_S` must cover)."""
-
-    steps: int
-    tokens: int
-    shares: int
-    failed: int
-    cancelled: int
-    waited_out: int
-    batch_sizes: dict[int, int]
-    resubmit_lags: tuple[float, ...]
-
-    @property
-    def mean_batch(self) -> float:
-        """Sequences per step, on average (0.0 before the first step)."""
-        n = sum(self.batch_sizes.values())
-        return sum(k * v for k, v in self.batch_sizes.items()) / n if n else 0.0
-
-    @classmethod
-    def total(cls, parts: Iterable[BatchStats]) -> BatchStats:
-        """The sum of several schedulers' totals (one context's batched runtimes)."""
-        parts = list(parts)
-        sizes: Counter[int] = Counter()
-        for p in parts:
-            sizes.update(p.batch_sizes)
-        return cls(steps=sum(p.steps for p in parts), tokens=sum(p.tokens for p in parts),
-                   shares=sum(p.shares for p in parts), failed=sum(p.failed for p in parts),
-                   cancelled=sum(p.cancelled for p in parts),
-                   waited_out=sum(p.waited_out for p in parts), batch_sizes=dict(sizes),
-                   resubmit_lags=tuple(lag for p in parts for lag in p.resubmit_lags))
-
-    def summary(self) -> dict[str, Any]:
-        """The JSON-ready figures a server shows (``/health``'s ``batch``): ``steps``,
-        ``tokens`` decoded, ``mean_sequences_per_step``, ``waited_out`` steps (the gather
-        window ran out before every running sequence resubmitted), finished / ``failed`` /
-        ``cancelled`` shares, and the recent resubmit lag's median and 99th percentile (ms)."""
-        lags = sorted(self.resubmit_lags)
-
-        def ms(q: float) -> float | None:
-            return round(lags[min(len(lags) - 1, int(q * len(lags)))] * 1e3, 2) if lags else None
-
-        return {"steps": self.steps, "tokens": self.tokens,
-                "mean_sequences_per_step": round(self.mean_batch, 2),
-                "waited_out": self.waited_out, "shares": self.shares, "failed": self.failed,
-                "cancelled": self.cancelled, "resubmit_lag_ms_p50": ms(0.5),
-                "resubmit_lag_ms_p99": ms(0.99)}
-
-
 @dataclass(slots=True, eq=False)
 class _Share:
     seq: Hashable
@@ -224,6 +145,7 @@ class _Share:
     cancelled: Callable[[], bool] | None
     fed: int = 0
     starved: bool = False
+    abandoned: bool = False
     done: bool = False
     result: Any = None
     error: BaseException | None = None
@@ -241,11 +163,14 @@ class StepScheduler:
     may be changed at any time, the next gather reads it); ``max_sequences``: the most
     sequences one step carries (None: as many as the budget holds; see the module
     docstring); ``rows_by_sequence``: lay each step's pieces out by ascending sequence id
-    (the ids must then be mutually orderable; see the module docstring)."""
+    (the ids must then be mutually orderable; see the module docstring); ``stepping_thread``:
+    the name of a thread of the scheduler's own that runs every step (None: the submitters
+    take turns as leader; see the module docstring)."""
 
     def __init__(self, decode: Callable[[Sequence[Piece]], None], max_tokens: int, *,
                  gather_window: float = GATHER_WINDOW_S,
-                 max_sequences: int | None = None, rows_by_sequence: bool = False) -> None:
+                 max_sequences: int | None = None, rows_by_sequence: bool = False,
+                 stepping_thread: str | None = None) -> None:
         if max_tokens < 1:
             raise InvalidArgumentError(f"max_tokens must be >= 1, got {max_tokens}")
         if max_sequences is not None and max_sequences < 1:
@@ -267,6 +192,7 @@ class StepScheduler:
         self._expected: set[Hashable] = set()
         self._announced: set[Hashable] = set()  # expect(): a share is on its way
         self._waiting_native = 0  # threads blocked entering exclusive()
+        self._waiting = 0  # submitters waiting on progress (nobody to wake: no notify)
         self._finished_at: dict[Hashable, float] = {}
         self._leader: int | None = None
         self._closed = False
@@ -274,6 +200,13 @@ class StepScheduler:
         self._lags: deque[float] = deque(maxlen=RECORDS_KEPT)
         self._sizes: Counter[int] = Counter()
         self._totals = Counter[str]()
+        self._jobs: deque[tuple[Callable[[], Any], Future[Any]]] = deque()
+        self._job_running = False
+        self._thread: threading.Thread | None = None
+        if stepping_thread is not None:
+            self._thread = threading.Thread(target=self._serve, name=stepping_thread,
+                                            daemon=True)
+            self._thread.start()
 
     # ------------------------------------------------------------------ public
 
@@ -318,8 +251,9 @@ class StepScheduler:
             self._queue.append(share)
             self._queued[seq] = share
             self._arrivals.notify()
+            may_lead = self._thread is None or self._thread.ident == threading.get_ident()
             while not share.done:
-                if self._leader is None:
+                if self._leader is None and may_lead:
                     self._leader = threading.get_ident()
                     try:
                         self._lead(share)
@@ -327,10 +261,26 @@ class StepScheduler:
                         self._leader = None
                         self._progress.notify_all()
                 else:
-                    self._progress.wait()
+                    self._wait_for(share)
         if share.error is not None:
             raise share.error
         return cast(R, share.result)
+
+    def adopt(self, job: Callable[[], R]) -> Future[R] | None:
+        """Run ``job()`` on the stepping thread (``stepping_thread``), between steps: a
+        stream's whole loop of ``next`` calls, whose shares that thread then decodes with no
+        hop to another thread. While it runs, the steps run only when it submits (it leads
+        them, every queued share included), so a job must not wait for anything but its own
+        shares and :meth:`exclusive`. Returns the job's future, or None (run it elsewhere)
+        when the scheduler has no thread of its own, is closed, or already runs or holds a
+        job (one at a time)."""
+        with self._lock:
+            if self._thread is None or self._closed or self._jobs or self._job_running:
+                return None
+            future: Future[R] = Future()
+            self._jobs.append((job, future))
+            self._arrivals.notify_all()
+            return future
 
     def idle(self, seq: Hashable) -> None:
         """``seq`` will not submit again soon (its stream ended, it was rewound or closed):
@@ -381,6 +331,9 @@ class StepScheduler:
             self._progress.notify_all()
         with self._native:  # the step in flight ends before this returns
             pass
+        thread = self._thread
+        if thread is not None and thread.ident != threading.get_ident():
+            thread.join()
 
     def stats(self) -> BatchStats:
         """A snapshot of the totals (see :class:`BatchStats`)."""
@@ -393,27 +346,84 @@ class StepScheduler:
 
     # ------------------------------------------------------------------ the leader
 
+    def _wait_for(self, share: _Share) -> None:
+        """Wait (lock held) until the leader made progress. Interrupted (a KeyboardInterrupt
+        in the waiting thread), the share is abandoned: dropped at the next step boundary,
+        waited for until then, and the interrupt raised; a decode never runs the callback of
+        a share whose submitter has gone."""
+        self._waiting += 1
+        try:
+            self._progress.wait()
+        except BaseException:
+            share.abandoned = True
+            self._arrivals.notify_all()
+            while not share.done:
+                try:
+                    self._progress.wait()
+                except BaseException:  # a second interrupt: still wait, then raise the first
+                    continue
+            raise
+        finally:
+            self._waiting -= 1
+
     def _lead(self, own: _Share) -> None:
         """Run steps until ``own`` is done (called with the lock held; releases it while a
         step decodes)."""
-        while not own.done:
-            if self._closed:
-                self._fail_queued()
-                return
-            self._drop_cancelled()
-            if own.done:
-                return
-            self._let_native_calls_in()
-            gather_s, waited_out = self._gather(own)
-            if own.done or self._closed:
-                continue
-            plan = self._plan()
-            self._lock.release()
-            try:
-                decode_s = self._run(plan)
-            finally:
-                self._lock.acquire()
-            self._finish(plan, gather_s, waited_out, decode_s)
+        while not own.done and self._step(own):
+            pass
+
+    def _step(self, own: _Share | None) -> bool:
+        """One step (``own``: the leader's share, None on the stepping thread's loop). False
+        once the scheduler is closed (the queued shares failed)."""
+        if self._closed:
+            self._fail_queued()
+            return False
+        self._drop_cancelled()
+        if own is not None and own.done:
+            return True
+        self._let_native_calls_in()
+        gather_s, waited_out = self._gather(own)
+        if (own is not None and own.done) or self._closed or not self._queue:
+            return True
+        plan = self._plan()
+        self._lock.release()
+        try:
+            decode_s = self._run(plan)
+        finally:
+            self._lock.acquire()
+        self._finish(plan, gather_s, waited_out, decode_s)
+        return True
+
+    def _serve(self) -> None:
+        """The stepping thread: runs adopted jobs, and the steps of the queued shares while no
+        job runs (a job leads the steps itself when it submits)."""
+        with self._lock:
+            while True:
+                if self._jobs:
+                    job, future = self._jobs.popleft()
+                    self._job_running = True
+                    self._lock.release()
+                    try:
+                        if future.set_running_or_notify_cancel():
+                            try:
+                                future.set_result(job())
+                            except BaseException as exc:
+                                future.set_exception(exc)
+                    finally:
+                        self._lock.acquire()
+                        self._job_running = False
+                elif self._closed:
+                    self._fail_queued()
+                    return
+                elif self._queue and self._leader is None:
+                    self._leader = threading.get_ident()
+                    try:
+                        self._step(None)
+                    finally:
+                        self._leader = None
+                        self._progress.notify_all()
+                else:
+                    self._arrivals.wait()
 
     def _let_native_calls_in(self) -> None:
         """Wait (at most the gather window) until the threads blocked entering
@@ -427,7 +437,7 @@ class StepScheduler:
                 return
             self._arrivals.wait(remaining)
 
-    def _gather(self, own: _Share) -> tuple[float, bool]:
+    def _gather(self, own: _Share | None) -> tuple[float, bool]:
         """Wait until every expected sequence has a share queued, or the window passed.
         Returns (seconds waited, whether the window ran out with one missing)."""
         t0 = time.perf_counter()
@@ -444,7 +454,7 @@ class StepScheduler:
                 return now - t0, True
             self._arrivals.wait(deadline - now)
             self._drop_cancelled()
-            if own.done or self._closed:
+            if (own is not None and own.done) or self._closed:
                 return time.perf_counter() - t0, False
 
     def _step_full(self) -> bool:
@@ -458,8 +468,10 @@ class StepScheduler:
         The chosen pieces are laid out in that order, or by ascending sequence id with
         ``rows_by_sequence``."""
         cap = self.max_sequences
-        order = sorted(self._queue, key=lambda s: (not s.decode, not s.starved)) if cap is None \
-            else sorted(self._queue, key=lambda s: not s.starved)  # turns, in arrival order
+        queue = self._queue
+        order = queue if len(queue) == 1 else \
+            sorted(queue, key=lambda s: (not s.decode, not s.starved)) if cap is None \
+            else sorted(queue, key=lambda s: not s.starved)  # turns, in arrival order
         budget = self.max_tokens
         chosen: list[tuple[_Share, int, bool]] = []  # (share, tokens this step, final)
         for share in order:
@@ -475,7 +487,7 @@ class StepScheduler:
             share.starved = False
             chosen.append((share, n, final))
             budget -= n
-        if self.rows_by_sequence:
+        if self.rows_by_sequence and len(chosen) > 1:
             chosen.sort(key=lambda c: cast(Any, c[0].seq))
         plan: list[tuple[_Share, Piece]] = []
         row = 0
@@ -517,27 +529,34 @@ class StepScheduler:
                 decode_s: float) -> None:
         """Mark the step's finished shares done, record the step, wake the submitters."""
         now = time.perf_counter()
+        totals = self._totals
         expected: set[Hashable] = set()
+        tokens = decodes = prefill_tokens = 0
         for share, piece in plan:
+            n = len(piece.tokens)
+            tokens += n
+            if share.decode:
+                decodes += 1
+            else:
+                prefill_tokens += n
             if share.error is not None or piece.final:
                 self._retire(share)
                 if share.error is not None:
-                    self._totals["failed"] += 1
+                    totals["failed"] += 1
                 else:
-                    self._totals["shares"] += 1
+                    totals["shares"] += 1
                     expected.add(share.seq)
                     if share.decode:
                         self._finished_at[share.seq] = now
         self._expected = expected
-        tokens = sum(len(p.tokens) for _, p in plan)
-        record = StepRecord(
-            sequences=len(plan), tokens=tokens, decodes=sum(s.decode for s, _ in plan),
-            prefill_tokens=sum(len(p.tokens) for s, p in plan if not s.decode),
-            gather_s=gather_s, waited_out=waited_out, decode_s=decode_s)
-        self.records.append(record)
+        self.records.append(StepRecord(len(plan), tokens, decodes, prefill_tokens, gather_s,
+                                       waited_out, decode_s))
         self._sizes[len(plan)] += 1
-        self._totals.update(steps=1, tokens=tokens, waited_out=int(waited_out))
-        self._progress.notify_all()
+        totals["steps"] += 1
+        totals["tokens"] += tokens
+        totals["waited_out"] += waited_out
+        if self._waiting:
+            self._progress.notify_all()
 
     def _retire(self, share: _Share) -> None:
         share.done = True
@@ -549,10 +568,10 @@ class StepScheduler:
         """Retire the shares whose ``cancelled`` probe is true (:class:`CancelledError`) or
         raises (that exception, for that share alone)."""
         for share in list(self._queue):
-            if share.cancelled is None:
+            if share.cancelled is None and not share.abandoned:
                 continue
             try:
-                if not share.cancelled():
+                if not share.abandoned and not (share.cancelled and share.cancelled()):
                     continue
                 share.error = CancelledError(f"sequence {share.seq!r} was cancelled before "
                                              "its share was decoded")

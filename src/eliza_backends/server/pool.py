@@ -2,7 +2,8 @@
 
 :class:`SessionPool` opens ``sessions`` streams on one :class:`InferenceContext` (the weights are
 loaded once) and gives each its own worker thread: a session has one consumer, so everything a
-session does runs on its slot's thread, and the event loop only awaits the results.
+session does runs on its slot's thread (a generation's steps: on the stepping thread of a
+batched llama.cpp context when free, :meth:`Lease.run_steps`); the event loop awaits results.
 
 * **Leases.** :meth:`SessionPool.acquire` returns a :class:`Lease` on a free slot. When every
   slot is busy, up to ``max_queue`` requests wait in FIFO order; one more raises
@@ -446,6 +447,8 @@ class Lease:
         self._failed = False
         self._released = False
         self._freed: asyncio.Future[None] | None = None
+        #: the running job of :meth:`run_steps` (on the slot's thread or an adopted one)
+        self._job: Future[None] | None = None
 
     async def call(self, work: Callable[[Stream], T], config: StreamConfig | None = None) -> T:
         """Run ``work(stream)`` on the slot's thread and return its result. With ``config``,
@@ -477,14 +480,14 @@ class Lease:
             self.cancel("the request was cancelled")
             raise
 
-    async def run_steps(self, work: Callable[[Stream], T], last: Callable[[T], bool]
-                        ) -> AsyncIterator[T]:
-        """Run ``work(stream)`` again and again on the slot's thread until ``last(result)``
-        says it was the last, yielding each result. The slot's thread does not wait for the
-        consumer between steps (a stream asks its batch for the next token at once, so a
-        batched context gathers every sequence into each step, however busy the event loop
-        is); the results queue up until read. A failure ends it (raised here); so does a
-        cancel. Leaving early (or cancelling the awaiting task) cancels the lease."""
+    def run_steps(self, work: Callable[[Stream], T], last: Callable[[T], bool]
+                  ) -> AsyncIterator[T]:
+        """Start ``work(stream)`` again and again on the slot's thread (or the stepping thread
+        of its batched context, when free) until ``last(result)``; the iterator yields each
+        result. The steps start now and never wait for the consumer (a batched context gathers
+        every sequence into each step, however busy the event loop is): results queue up. A
+        failure or a cancel ends it (raised by the iterator); leaving the iterator early (or
+        cancelling the awaiting task) cancels the lease."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[T | None, BaseException | None, bool]] = asyncio.Queue()
         slot = self.slot
@@ -511,7 +514,13 @@ class Lease:
                 if done:
                     return
 
-        slot.executor.submit(job)
+        stepper = None if slot.stream is None else slot.stream.session.scheduler
+        adopted = None if stepper is None else stepper.adopt(job)  # (no hop between threads)
+        self._job = adopted or slot.executor.submit(job)
+        return self._results(queue)
+
+    async def _results(self, queue: asyncio.Queue[tuple[T | None, BaseException | None, bool]]
+                       ) -> AsyncIterator[T]:
         finished = False
         try:
             while not finished:
@@ -581,7 +590,11 @@ class Lease:
             with contextlib.suppress(RuntimeError):  # no event loop: the server stopped
                 loop.call_soon_threadsafe(free)
 
-        slot.executor.submit(settle).add_done_callback(settled)
+        def after_the_job(_job: object = None) -> None:
+            slot.executor.submit(settle).add_done_callback(settled)
+
+        # (an adopted job may still be running on the stepping thread: settle after it)
+        after_the_job() if self._job is None else self._job.add_done_callback(after_the_job)
         return freed
 
 

@@ -70,19 +70,25 @@ class GenerationRun:
         self.lease, self.first, self.log = lease, first, log
         self.routing, self.responder = routing, responder
         self.finished: list[Generation] = []
+        #: the first choice's steps, started at once: its first token is computed while the
+        #: response is set up (time to first token); with the generation as it was before
+        self._first = (copy.copy(first), lease.run_steps(_stepper(first), _last_step))
 
     async def choices(self) -> AsyncIterator[tuple[int, Generation, str | None]]:
-        """(index, generation, text): text None opens a choice (the live generation), then
-        each step's text with a snapshot of the generation after that step (the slot's thread
-        runs the steps ahead of the consumer: :meth:`Lease.run_steps`)."""
+        """(index, generation, text): text None opens a choice (a snapshot of the generation
+        as it started), then each step's text with a snapshot of the generation after that
+        step (the steps run ahead of the consumer: :meth:`Lease.run_steps`)."""
         gen = self.first
         for index in range(self.job.n):
             if index:
                 gen = await self.lease.call(starter(self.job), self.configs[index])
-            yield index, gen, None
+                opened, steps = copy.copy(gen), self.lease.run_steps(_stepper(gen), _last_step)
+            else:
+                opened, steps = self._first
+            yield index, opened, None
             pool = self.lease.pool
-            counted = (gen.completion_tokens, gen.drafted_tokens, gen.accepted_tokens)
-            async for text, seen in self.lease.run_steps(_stepper(gen), lambda out: out[1].done):
+            counted = (opened.completion_tokens, opened.drafted_tokens, opened.accepted_tokens)
+            async for text, seen in steps:
                 now = (seen.completion_tokens, seen.drafted_tokens, seen.accepted_tokens)
                 pool.count_tokens(*(a - b for a, b in zip(now, counted, strict=True)))
                 counted = now
@@ -139,6 +145,10 @@ class GenerationRun:
         responder, lease, outcome = self.responder, self.lease, "cancelled"
         try:
             async for index, gen, text in self.choices():
+                encoded = None if text is None else responder.step_json(index, text, gen)
+                if encoded is not None:  # (a running answer's text: no models built)
+                    yield f"data: {encoded}\n\n".encode()
+                    continue
                 events = responder.opening(index, gen) if text is None else \
                     responder.step(index, text, gen)
                 for event in events:
@@ -160,6 +170,10 @@ class GenerationRun:
         finally:
             self.note_end(outcome)
             lease.release(self.held_text())
+
+
+def _last_step(out: tuple[str, Generation]) -> bool:
+    return out[1].done
 
 
 def _stepper(gen: Generation) -> Callable[[Stream], tuple[str, Generation]]:

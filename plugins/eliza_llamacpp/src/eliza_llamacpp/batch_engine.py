@@ -47,8 +47,12 @@ thread that would call ``llama_decode`` changes from step to step and from reque
 llama.cpp's CPU backend (OpenMP) keeps a team of worker threads per calling thread, and a team
 whose master moved on keeps spinning for a while: measured on SmolLM2 Q4_1 with 2 threads,
 16 requests rotating over 8 calling threads took 7.9 s against 4.1 s from one thread, and
-``serve --parallel 8`` served one client at 0.56x of ``--sessions 1``. So every
-``llama_decode`` of an engine runs on the engine's own thread (one hop per step, ~0.1 ms).
+``serve --parallel 8`` served one client at 0.56x of ``--sessions 1``. So the engine's
+scheduler has a stepping thread of its own (``eliza-llamacpp-steps``) that makes every
+``llama_decode`` of the context; a server's streamed answer runs its whole loop there
+(:meth:`~eliza_backends.backend.StepScheduler.adopt`), with no hop between threads per token.
+A media block (libmtmd's encoder and its embeddings' decode) runs on its session's thread,
+between steps: the stepping thread may be running a stream that waits for those steps.
 
 **Shared prefixes.** A prefill that starts where its sequence's cache ends looks for the live
 sequence whose cached tokens share the longest prefix with the new sequence and copies those
@@ -82,7 +86,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar, cast
 
 from eliza_backends import (
@@ -127,11 +130,12 @@ class BatchEngine:
         self.invariant = batch_invariant(model, options)
         #: (rows by sequence id: one forward pass per step with per-sequence caches; module
         #: docstring)
+        #: (every step on the scheduler's own thread: one thread makes every
+        #: ``llama_decode`` of this context; module docstring)
         self.scheduler = StepScheduler(self._decode, self.n_batch,
                                        max_sequences=1 if self.invariant else None,
-                                       rows_by_sequence=True)
-        #: The one thread every ``llama_decode`` of this context runs on (module docstring).
-        self._decoder = ThreadPoolExecutor(1, thread_name_prefix="eliza-llamacpp-decode")
+                                       rows_by_sequence=True,
+                                       stepping_thread="eliza-llamacpp-steps")
         self._lock = threading.Lock()  # the sequence ids
         self._free = list(range(parallel))
         #: Each live sequence's cached tokens (positions 0..len-1), for shared prefixes.
@@ -267,7 +271,7 @@ class BatchEngine:
                 i += 1
         batch.n_tokens = i
         self.decoded += i
-        status = self._decode_on_own_thread(batch)
+        status = lc.llama_decode(self.ctx, batch)
         if status == 0:
             self.pending_copies.clear()  # (made by this decode's cache update)
         if status:
@@ -277,32 +281,9 @@ class BatchEngine:
         for piece in pieces:
             self.pieces[cast(int, piece.seq)].append((piece.start, len(piece.tokens)))
 
-    def _decode_on_own_thread(self, batch: Any) -> int:
-        """``llama_decode(ctx, batch)`` on the decoding thread. Returns only once the decode has
-        finished, even when the waiting thread is interrupted (the batch is refilled for the next
-        step as soon as this returns); the interrupt is raised after."""
-        return self.on_own_thread(lambda: lc.llama_decode(self.ctx, batch))
-
-    def on_own_thread(self, call: Callable[[], int]) -> int:
-        """``call()`` on the decoding thread (see :meth:`_decode_on_own_thread`)."""
-        future = self._decoder.submit(call)
-        interrupted: BaseException | None = None
-        while True:
-            try:
-                status: int = future.result()
-                break
-            except BaseException as exc:
-                if future.done():
-                    raise
-                interrupted = interrupted or exc
-        if interrupted is not None:
-            raise interrupted
-        return status
-
     def close(self) -> None:
         """Fail what is queued, wait for the step in flight, free the context (idempotent)."""
         self.scheduler.close()
-        self._decoder.shutdown(wait=True)
         with self._lock:
             if self._batch is not None:
                 lc.llama_batch_free(self._batch)
@@ -391,11 +372,12 @@ class SharedLane:
         return engine.scheduler.submit(seq, tokens, start, n_out, done, cancelled)
 
     def media(self, start: int, run: Callable[[Any, int, int], int], mark: int) -> int:
-        """See :meth:`eliza_llamacpp.lane.Lane.media`: between steps, on the engine's
-        decoding thread; the positions are cached as ``mark``."""
+        """See :meth:`eliza_llamacpp.lane.Lane.media`: between steps, on the calling thread
+        (the stepping thread may be running a stream that waits for these steps); the
+        positions are cached as ``mark``."""
         engine, seq = self.engine, self.seq
         with engine.scheduler.exclusive():
-            end = engine.on_own_thread(lambda: run(engine.ctx, seq, start))
+            end = run(engine.ctx, seq, start)
             cached = engine.cached[seq]
             del cached[start:]
             cached.extend([mark] * (end - start))

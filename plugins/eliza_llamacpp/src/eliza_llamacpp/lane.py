@@ -78,7 +78,7 @@ class Lane(Protocol):
     def media(self, start: int, run: Callable[[Any, int, int], int], mark: int) -> int:
         """Decode a media block at ``start``: ``run(ctx, seq_id, start)`` does it (libmtmd's
         encoder and embedding decode) and returns the next position, which this returns. On
-        a shared context it runs alone, between steps, on the decoding thread, and its
+        a shared context it runs alone, between steps, on the calling thread, and its
         positions are recorded as ``mark`` (a negative id derived from the media's digest,
         never a token), so a prefix is shared with another sequence only where that one holds
         the same media at the same place."""

@@ -63,6 +63,9 @@ from .mtmd import MediaFeeder
 if TYPE_CHECKING:  # the step scheduler is imported by the batched path only (issue 42)
     from eliza_backends.backend import StepScheduler
 
+#: Logits row views a session keeps (by address; see ``LlamaCppSession._row``): the rows of a
+#: verify batch, with room to spare.
+_ROW_VIEWS_KEPT = 64
 #: ``llama_token_data`` as a numpy record (id, logit, p), for sampling a saved logits row.
 _TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
 
@@ -99,6 +102,7 @@ class LlamaCppSession(Session):
         self._linked: TargetLinkedDrafter | None = None
         self._sampler: Any = None
         self._lane = lane
+        self._row_views: dict[int, np.ndarray] = {}
         try:
             self._sampler = self._build_sampler(config)
             if linked is not None:
@@ -208,10 +212,19 @@ class LlamaCppSession(Session):
     def _row(self, i: int) -> np.ndarray:
         """Output row ``i`` of the last decode (a view; -1: its last row). Made with
         ``np.frombuffer`` on a ctypes array at the row's address, as ``np.ctypeslib.as_array``
-        makes it, without importing ``numpy.ctypeslib`` on the first token's path."""
-        row = lc.llama_get_logits_ith(self._lane.ctx, i)
-        floats = (ctypes.c_float * self.vocab_size).from_address(ctypes.addressof(row.contents))
-        return np.frombuffer(memoryview(floats), dtype=np.float32)
+        makes it, without importing ``numpy.ctypeslib`` on the first token's path; kept by
+        address (:attr:`_row_views`), since llama.cpp writes every decode's logits into the same
+        buffer: a token's sampling reuses the view of the last one (a view is only handed out
+        for the address llama.cpp just gave, so a buffer llama.cpp reallocated is never read)."""
+        address = ctypes.addressof(lc.llama_get_logits_ith(self._lane.ctx, i).contents)
+        views = self._row_views
+        view = views.get(address)
+        if view is None:
+            if len(views) >= _ROW_VIEWS_KEPT:
+                views.clear()
+            floats = (ctypes.c_float * self.vocab_size).from_address(address)
+            view = views[address] = np.frombuffer(memoryview(floats), dtype=np.float32)
+        return view
 
     def _decode(self, max_tokens: int) -> Decoded:
         out = self._decode_tokens(max_tokens)
@@ -440,6 +453,7 @@ class LlamaCppSession(Session):
     # ------------------------------------------------------------------ teardown
 
     def _close(self) -> None:
+        self._row_views.clear()
         if self._sampler is not None:
             lc.llama_sampler_free(self._sampler)
             self._sampler = None
