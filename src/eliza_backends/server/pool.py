@@ -17,13 +17,13 @@ batched llama.cpp context when free, :meth:`Lease.run_steps`); the event loop aw
   does, finds the slot that answered it, as llama-server's ``--slot-prompt-similarity``
   routes, though the reply it held is then cut: the prompt cache saves it first); otherwise to
   the least recently used slot (reopening a session with other settings is cheaper than
-  re-prefilling a conversation that an LRU choice keeps). The text is only a
-  hint: :meth:`Stream.prefill_reusing` computes the exact token prefix to keep.
+  re-prefilling a conversation that an LRU choice keeps). The text is only a hint:
+  :meth:`Stream.prefill_reusing` computes the exact token prefix to keep.
 * **Prompt cache.** ``cache_bytes > 0``: the slots share one
   :class:`~eliza_backends.backend.prompt_cache.PromptCache` of that many bytes; a slot about to
-  serve another conversation saves the one it holds there first, and a conversation that
-  comes back restores its state from it (on whichever slot serves it) and prefills only its new
-  tokens. Its counters are :attr:`PoolStats.prompt_cache` (``/health``).
+  serve another conversation saves the one it holds there first, and a conversation that comes
+  back restores its state from it (on whichever slot serves it) and prefills only its new tokens
+  (counters: :attr:`PoolStats.prompt_cache`, ``/health``).
 * **Settings.** Sampling settings are baked into a session when it opens, so a request with
   other settings than its slot's reopens that slot's session (on the same context: no reload).
   Budget and stop strings are per request (:class:`~eliza_backends.openai.generation.Generation`).
@@ -31,7 +31,6 @@ batched llama.cpp context when free, :meth:`Lease.run_steps`); the event loop aw
   loop); releasing a lease settles the slot on its thread first (a cancelled session is
   rewound with ``reset_keep``, keeping its valid prefix; a session that failed in the runtime is
   reopened), then frees it for the next request.
-
 * **Batching.** ``parallel=N`` opens the slots on one ``InferenceContext(parallel=N)``: on a
   backend whose capabilities say ``batched`` (llama.cpp) the N sessions share one runtime
   context and are decoded together, one batch per step (continuous batching); a backend that
@@ -43,9 +42,8 @@ batched llama.cpp context when free, :meth:`Lease.run_steps`); the event loop aw
 
 Threads: the pool's methods are called from one event loop; slot work runs on the slots'
 threads. CPU threads (:func:`~eliza_backends.batch.session_threads`): unless the config says
-otherwise, independent sessions get ``cores // sessions`` compute threads each, so that
-concurrent sessions do not oversubscribe; slots sharing one batched runtime context share all
-the cores.
+otherwise, independent sessions get ``cores // sessions`` compute threads each (concurrent
+sessions do not oversubscribe); slots sharing one batched runtime context share all the cores.
 """
 
 from __future__ import annotations
