@@ -200,8 +200,8 @@ class StepScheduler:
         self._lags: deque[float] = deque(maxlen=RECORDS_KEPT)
         self._sizes: Counter[int] = Counter()
         self._totals = Counter[str]()
-        self._jobs: deque[tuple[Callable[[], Any], Future[Any]]] = deque()
-        self._job_running = False
+        #: the adopted job (at most one), from adopt() until it has run
+        self._job: tuple[Callable[[], Any], Future[Any]] | None = None
         self._thread: threading.Thread | None = None
         if stepping_thread is not None:
             self._thread = threading.Thread(target=self._serve, name=stepping_thread,
@@ -254,12 +254,7 @@ class StepScheduler:
             may_lead = self._thread is None or self._thread.ident == threading.get_ident()
             while not share.done:
                 if self._leader is None and may_lead:
-                    self._leader = threading.get_ident()
-                    try:
-                        self._lead(share)
-                    finally:
-                        self._leader = None
-                        self._progress.notify_all()
+                    self._lead(share)
                 else:
                     self._wait_for(share)
         if share.error is not None:
@@ -275,10 +270,10 @@ class StepScheduler:
         when the scheduler has no thread of its own, is closed, or already runs or holds a
         job (one at a time)."""
         with self._lock:
-            if self._thread is None or self._closed or self._jobs or self._job_running:
+            if self._thread is None or self._closed or self._job is not None:
                 return None
             future: Future[R] = Future()
-            self._jobs.append((job, future))
+            self._job = (job, future)
             self._arrivals.notify_all()
             return future
 
@@ -366,11 +361,19 @@ class StepScheduler:
         finally:
             self._waiting -= 1
 
-    def _lead(self, own: _Share) -> None:
-        """Run steps until ``own`` is done (called with the lock held; releases it while a
-        step decodes)."""
-        while not own.done and self._step(own):
-            pass
+    def _lead(self, own: _Share | None) -> None:
+        """As the leader, run steps until ``own`` is done (None: one step; the stepping
+        thread's loop), then hand the role back (called with the lock held; releases it while
+        a step decodes)."""
+        self._leader = threading.get_ident()
+        try:
+            if own is None:
+                self._step(None)
+            while own is not None and not own.done and self._step(own):
+                pass
+        finally:
+            self._leader = None
+            self._progress.notify_all()
 
     def _step(self, own: _Share | None) -> bool:
         """One step (``own``: the leader's share, None on the stepping thread's loop). False
@@ -399,9 +402,8 @@ class StepScheduler:
         job runs (a job leads the steps itself when it submits)."""
         with self._lock:
             while True:
-                if self._jobs:
-                    job, future = self._jobs.popleft()
-                    self._job_running = True
+                if self._job is not None:
+                    job, future = self._job
                     self._lock.release()
                     try:
                         if future.set_running_or_notify_cancel():
@@ -411,17 +413,12 @@ class StepScheduler:
                                 future.set_exception(exc)
                     finally:
                         self._lock.acquire()
-                        self._job_running = False
+                        self._job = None
                 elif self._closed:
                     self._fail_queued()
                     return
                 elif self._queue and self._leader is None:
-                    self._leader = threading.get_ident()
-                    try:
-                        self._step(None)
-                    finally:
-                        self._leader = None
-                        self._progress.notify_all()
+                    self._lead(None)
                 else:
                     self._arrivals.wait()
 
