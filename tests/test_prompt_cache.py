@@ -122,6 +122,26 @@ def test_under_byte_pressure_the_oldest_state_is_dropped(context: InferenceConte
         assert cache.stats()["hits"] == 1 and held > 300
 
 
+def test_a_state_the_cache_holds_is_not_saved_again(context: InferenceContext) -> None:
+    """One short prompt asked three times, its reply longer than it (each request evicts the
+    last one's state): the second request saves the state, the third finds it covered by
+    that entry and saves nothing (llama-server's cache skips such a state too); the replies
+    are the same."""
+    with open_stream(context, CONFIG, backend="llama.cpp") as stream:
+        ids = list(stream.session.tokenize("Once upon a time"))
+        stream.prompt_cache = cache = PromptCache(64 << 20)
+        replies = [_reply(stream, ids)[0]]
+        assert stream.session.n_past > 2 * len(ids)  # the next request evicts this state
+        replies.append(_reply(stream, ids)[0])
+        first = cache.stats()
+        assert first["stored"] >= 1 and first["entries"] >= 1
+        replies.append(_reply(stream, ids)[0])
+        stats = cache.stats()
+        assert stats["covered"] == first["covered"] + 1  # the third request copied nothing
+        assert stats["stored"] == first["stored"] and stats["entries"] == first["entries"]
+        assert replies[1:] == replies[:2]
+
+
 def test_a_conversation_sharing_only_the_system_prompt_gets_only_that(
         context: InferenceContext) -> None:
     """Two conversations with one system prompt, differing after it: the cached one never

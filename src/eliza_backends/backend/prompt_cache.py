@@ -87,6 +87,9 @@ class CacheStats:
     stored: int = 0
     dropped: int = 0
     refused: int = 0
+    #: evictions whose states entries already held (nothing saved: the session's state is
+    #: copied out only when the cache lacks it)
+    covered: int = 0
 
 
 class PromptCache:
@@ -146,7 +149,17 @@ class PromptCache:
         length (a sliding window) and ``prompt_end`` (where its last reply started) is before
         that, also the state cut back there: the conversation comes back with the reply as
         text, which need not tokenize as it was generated (llama-server keeps context
-        checkpoints for the same reason). The session is cut back then."""
+        checkpoints for the same reason). The session is cut back then.
+
+        Nothing is saved when entries already cover both (a conversation that came back,
+        was answered the same way and leaves again; llama-server's cache skips it so too):
+        the covering entries are only marked recently used."""
+        history, spans = session.history, session.media
+        reply_start = prompt_end if 0 < prompt_end < len(history) else len(history)
+        if self._holds(history, spans) and self._holds(
+                history[:reply_start], [s for s in spans if s.end <= reply_start]):
+            self._count(covered=1)
+            return
         state = session.save_slot()
         if 0 < prompt_end - 1 < state.min_keep and prompt_end < len(state.tokens) and \
                 session.reset_keep(prompt_end) == prompt_end:
@@ -163,10 +176,10 @@ class PromptCache:
             return False
         with self._lock:
             for key, entry in list(self._entries.items()):
-                if _covers(entry, snapshot):
+                if _covers(entry, snapshot.tokens, snapshot.spans):
                     self._entries.move_to_end(key)
                     return False
-                if _covers(snapshot, entry):
+                if _covers(snapshot, entry.tokens, entry.spans):
                     self._drop(key)
             while self._entries and self._bytes + size > self.limit_bytes:
                 self._drop(next(iter(self._entries)))
@@ -176,6 +189,16 @@ class PromptCache:
             self._bytes += size
             self.counts.stored += 1
         return True
+
+    def _holds(self, tokens: Sequence[int], spans: Sequence[MediaSpan]) -> bool:
+        """True (the entry marked recently used) when an entry covers the state ``tokens``
+        with media ``spans`` (see :func:`_covers`)."""
+        with self._lock:
+            for key, entry in self._entries.items():
+                if _covers(entry, tokens, spans):
+                    self._entries.move_to_end(key)
+                    return True
+            return False
 
     def _take(self, ids: Sequence[int], spans: Sequence[MediaSpan], beat: int
               ) -> SlotSnapshot | None:
@@ -206,18 +229,19 @@ class PromptCache:
 
     def stats(self) -> dict[str, Any]:
         """JSON-ready counters: ``hits``, ``misses``, ``hit_tokens``, ``stored``, ``dropped``,
-        ``refused``, ``entries``, ``bytes``, ``limit_bytes``."""
+        ``refused``, ``covered``, ``entries``, ``bytes``, ``limit_bytes``."""
         with self._lock:
             return {**self.counts.__dict__, "entries": len(self._entries),
                     "bytes": self._bytes, "limit_bytes": self.limit_bytes}
 
 
-def _covers(big: SlotSnapshot, small: SlotSnapshot) -> bool:
-    """True when ``big`` serves every request ``small`` serves: ``small``'s sequence is a
-    prefix of ``big``'s (ids and media) and ``big`` may be cut back to it."""
-    n = len(small.tokens)
-    return n <= len(big.tokens) and big.tokens[:n] == small.tokens and \
-        reusable_prefix(n, big.spans, small.spans) == n and big.min_keep <= n - 1
+def _covers(big: SlotSnapshot, tokens: Sequence[int], spans: Sequence[MediaSpan]) -> bool:
+    """True when ``big`` serves every request a state of ``tokens`` (with media ``spans``)
+    serves: the sequence is a prefix of ``big``'s (ids and media) and ``big`` may be cut back
+    to it."""
+    n = len(tokens)
+    return n <= len(big.tokens) and tuple(big.tokens[:n]) == tuple(tokens) and \
+        reusable_prefix(n, big.spans, spans) == n and big.min_keep <= n - 1
 
 
 __all__ = ["SIMILARITY", "CacheStats", "PromptCache", "common_length", "reusable"]
