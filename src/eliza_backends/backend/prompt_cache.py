@@ -6,10 +6,13 @@ conversation A is about to serve a request that keeps less than :data:`SIMILARIT
 :meth:`PromptCache.swap` first saves A's state (``Session.save_slot()`` without a path:
 the backend's KV bytes, the history and its media spans) into the cache; then, when an entry
 shares a longer reusable prefix with the request than the session itself does, that entry is
-restored into the session (``Session.restore_slot``) and taken out of the cache (the session
-holds it now; it is saved again when evicted), and only the rest of the prompt is prefilled.
-This is llama-server's ``--cache-ram``: its slots' prompts are saved on a new task and the
-entry with the longest common prefix is loaded.
+restored into the session (``Session.restore_slot``) and only the rest of the prompt is
+prefilled. This is llama-server's ``--cache-ram``: its slots' prompts are saved on a new task
+and the entry with the longest common prefix is loaded. Unlike llama-server's, a restored entry
+stays in the cache (as the most recently used): when the session is evicted again still
+holding that conversation, unchanged or cut back (a prompt asked again gets the same greedy
+reply), nothing is copied (:attr:`CacheStats.covered`); a conversation that grew is saved,
+and the longer state replaces the entry it covers.
 
 * **Prefix.** Ids compare as ids; media items compare by their content digest
   (:func:`~eliza_backends.backend.media_seq.reusable_prefix`, as the prefix reuse of one
@@ -121,7 +124,7 @@ class PromptCache:
         held = reusable(history, session.media, ids, spans)
         if not self.limit_bytes or not session.capabilities.slots:
             return held
-        entry = self._take(ids, spans, held)  # first: its bytes are free for the store
+        entry = self._find(ids, spans, held)
         if history and held < SIMILARITY * len(history):
             try:
                 self.evict(session, prompt_end)
@@ -133,6 +136,7 @@ class PromptCache:
         try:
             session.restore_slot(entry)
         except SlotError:  # another layout (the session is empty now): prefill it all
+            self._discard(entry)
             self._count(refused=1, misses=1)
             return 0
         gained = reusable(session.history, session.media, ids, spans)
@@ -200,11 +204,11 @@ class PromptCache:
                     return True
             return False
 
-    def _take(self, ids: Sequence[int], spans: Sequence[MediaSpan], beat: int
+    def _find(self, ids: Sequence[int], spans: Sequence[MediaSpan], beat: int
               ) -> SlotSnapshot | None:
-        """Remove and return the entry giving ``ids`` the longest valid prefix longer than
-        ``beat`` (at least its ``min_keep``, and short of the last id: it is prefilled again
-        for its logits)."""
+        """The entry giving ``ids`` the longest valid prefix longer than ``beat`` (at least
+        its ``min_keep``, and short of the last id: it is prefilled again for its logits),
+        marked recently used; it stays in the cache."""
         last = len(ids) - 1
         with self._lock:
             best, best_n = None, beat
@@ -214,9 +218,15 @@ class PromptCache:
                     best, best_n = key, n
             if best is None:
                 return None
-            entry = self._entries[best]
-            self._drop(best)
-            return entry
+            self._entries.move_to_end(best)
+            return self._entries[best]
+
+    def _discard(self, snapshot: SlotSnapshot) -> None:
+        """Drop ``snapshot``'s entry, if it is still there (the runtime refused it)."""
+        with self._lock:
+            for key, entry in list(self._entries.items()):
+                if entry is snapshot:
+                    self._drop(key)
 
     def _drop(self, key: int) -> None:
         self._bytes -= self._entries.pop(key).nbytes
