@@ -69,6 +69,7 @@ from ..errors import (
 from ..serving import SessionKey, serving_config, session_key
 from ..stream import Stream, open_stream
 from .pool_stats import PoolStats
+from .step_feed import StepFeed
 from .throughput import Throughput
 from .warmup import warm_up
 
@@ -476,18 +477,15 @@ class Lease:
         hop between threads or through the event loop (on the stepping thread of a batched
         context when free, else the slot's thread). Returns ``start``'s result (what it raised
         is raised here; no step runs then) and an iterator of the steps' results, which queue
-        up (the steps never wait for the consumer). A failure or a cancel ends the steps
-        (raised by the iterator); leaving it early or cancelling the awaiting task cancels
-        the lease."""
-        loop = asyncio.get_running_loop()
+        up (the steps do not wait for the consumer, but on the stepping thread for the first
+        result to be sent: :class:`~eliza_backends.server.step_feed.StepFeed`). A failure or a
+        cancel ends the steps (raised by the iterator); leaving it early or cancelling the
+        awaiting task cancels the lease."""
         started: Future[S] = Future()
-        queue: asyncio.Queue[tuple[T | None, BaseException | None, bool]] = asyncio.Queue()
+        feed: StepFeed[T] = StepFeed(lambda: self.cancel("the response ended before its "
+                                                         "generation"))
 
-        def post(item: tuple[T | None, BaseException | None, bool]) -> None:
-            with contextlib.suppress(RuntimeError):  # no event loop: the server stopped
-                loop.call_soon_threadsafe(queue.put_nowait, item)
-
-        def job() -> None:
+        def job(on_stepping_thread: bool) -> None:
             if not started.set_running_or_notify_cancel():
                 return  # (the awaiting task was cancelled)
             try:
@@ -502,34 +500,23 @@ class Lease:
                     out = self._work(work, None)
                     done = last(out)
                 except BaseException as exc:
-                    post((None, exc, True))
+                    feed.post(None, exc, True)
                     return
-                post((out, None, done))
+                feed.post(out, None, done)
                 if done:
                     return
+                if on_stepping_thread:
+                    feed.see_off()
 
         stream = self.slot.stream
         stepper = None if stream is None else stream.session.scheduler
-        adopted = None if stepper is None else stepper.adopt(job)  # (no hop between threads)
-        self._job = adopted or self.slot.executor.submit(job)
+        adopted = None if stepper is None else stepper.adopt(lambda: job(True))
+        self._job = adopted or self.slot.executor.submit(job, False)
         try:
-            return await asyncio.wrap_future(started), self._results(queue)
+            return await asyncio.wrap_future(started), feed.results()
         except asyncio.CancelledError:
             self.cancel("the request was cancelled")
             raise
-
-    async def _results(self, queue: asyncio.Queue[tuple[T | None, BaseException | None, bool]]
-                       ) -> AsyncIterator[T]:
-        finished = False
-        try:
-            while not finished:
-                result, error, finished = await queue.get()
-                if error is not None:
-                    raise error
-                yield result  # type: ignore[misc]  # a result, when there is no error
-        finally:
-            if not finished:
-                self.cancel("the response ended before its generation")
 
     @property
     def released(self) -> bool:
