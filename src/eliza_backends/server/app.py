@@ -349,7 +349,8 @@ class OpenAIServer:
         except BaseException:
             lease.release()
             raise
-        log["prompt_tokens"], log["cached_tokens"] = first[0].prompt_tokens, first[0].cached_tokens
+        gen = first.generation
+        log["prompt_tokens"], log["cached_tokens"] = gen.prompt_tokens, gen.cached_tokens
         run = GenerationRun(job, include_usage, configs, lease, first, log, routing, responder)
         if not stream:
             return await run.whole(self._cancel_on_disconnect(request, lease))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
@@ -50,9 +50,15 @@ class GenerationResponse(StreamingResponse):
                 self.lease.release()
 
 
-#: A started choice: the live generation, a snapshot of it as it started, and its steps'
-#: (text, snapshot right after the step) as they come
-Started = tuple[Generation, Generation, AsyncIterator[tuple[str, Generation]]]
+class Started(NamedTuple):
+    """A started choice."""
+
+    #: the live generation (its steps change it on their thread)
+    generation: Generation
+    #: a snapshot of it as it started
+    opened: Generation
+    #: each step's text and a snapshot of the generation right after it, as they come
+    steps: AsyncIterator[tuple[str, Generation]]
 
 
 async def start_choice(lease: Lease, job: GenerationJob, config: StreamConfig) -> Started:
@@ -65,7 +71,7 @@ async def start_choice(lease: Lease, job: GenerationJob, config: StreamConfig) -
 
     (gen, opened), steps = await lease.start_steps(start, config, lambda pair: _stepper(pair[0]),
                                                    _last_step)
-    return gen, opened, steps
+    return Started(gen, opened, steps)
 
 
 class GenerationRun:
@@ -79,7 +85,7 @@ class GenerationRun:
         self.job, self.include_usage, self.configs = job, include_usage, configs
         self.lease, self.log = lease, log
         self.routing, self.responder = routing, responder
-        self.first = first[0]
+        self.first = first.generation
         self._first: Started | None = first
         self.finished: list[Generation] = []
 

@@ -43,6 +43,7 @@ class StepFeed(Generic[T]):
         self._queue: asyncio.Queue[tuple[T | None, BaseException | None, bool]] = \
             asyncio.Queue()
         self._sent = threading.Event()
+        self._seen_off = False
         self._on_abandoned = on_abandoned
 
     def post(self, result: T | None, error: BaseException | None, last: bool) -> None:
@@ -52,9 +53,10 @@ class StepFeed(Generic[T]):
             self._loop.call_soon_threadsafe(self._queue.put_nowait, (result, error, last))
 
     def see_off(self) -> None:
-        """Wait until the reader has taken the first result and sent it on (at most
-        :data:`SEE_OFF_S`); returns at once after that."""
-        if not self._sent.is_set():
+        """The first call waits until the reader has taken the first result and sent it on
+        (at most :data:`SEE_OFF_S`); later calls return at once."""
+        if not self._seen_off:
+            self._seen_off = True
             self._sent.wait(SEE_OFF_S)
 
     async def results(self) -> AsyncIterator[T]:
