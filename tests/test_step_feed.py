@@ -5,6 +5,7 @@ reader took it, never longer than ``SEE_OFF_S``); a reader leaving early is repo
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import time
 
@@ -53,7 +54,7 @@ def test_results_come_in_order_and_the_first_is_seen_off() -> None:
     posted, seen_off = marks[0][1], marks[1][1]
     assert SEE_OFF_S * 0.9 <= seen_off - posted < 0.02  # bounded: it did not wait for the reader
     # later results are not waited for: each see_off after the first returns at once
-    later = [b - a for (la, a), (lb, b) in zip(marks[2:], marks[3:], strict=False)
+    later = [b - a for (la, a), (lb, b) in itertools.pairwise(marks[2:])
              if (la, lb) == ("posted", "seen off")]
     assert later and max(later) < SEE_OFF_S
 
