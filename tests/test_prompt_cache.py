@@ -122,6 +122,43 @@ def test_under_byte_pressure_the_oldest_state_is_dropped(context: InferenceConte
         assert cache.stats()["hits"] == 1 and held > 300
 
 
+def test_a_state_the_cache_holds_is_not_saved_again(context: InferenceContext) -> None:
+    """One short prompt asked three times, its reply longer than it (each request evicts the
+    last one's state): the second request saves the state, the third finds it covered by
+    that entry and saves nothing (llama-server's cache skips such a state too); the replies
+    are the same."""
+    with open_stream(context, CONFIG, backend="llama.cpp") as stream:
+        ids = list(stream.session.tokenize("Once upon a time"))
+        stream.prompt_cache = cache = PromptCache(64 << 20)
+        replies = [_reply(stream, ids)[0]]
+        assert stream.session.n_past > 2 * len(ids)  # the next request evicts this state
+        replies.append(_reply(stream, ids)[0])
+        first = cache.stats()
+        assert first["stored"] >= 1 and first["entries"] >= 1
+        replies.append(_reply(stream, ids)[0])
+        stats = cache.stats()
+        assert stats["covered"] == first["covered"] + 1  # the third request copied nothing
+        assert stats["stored"] == first["stored"] and stats["entries"] == first["entries"]
+        assert replies[1:] == replies[:2]
+
+
+def test_conversations_taking_turns_unchanged_are_copied_once(context: InferenceContext
+                                                              ) -> None:
+    """Two short prompts take turns on one session, three times round (each evicts the
+    other's state): a restored state stays in the cache, so once each has been saved, the
+    evictions copy nothing and every turn restores; the replies are the uncached ones."""
+    with open_stream(context, CONFIG, backend="llama.cpp") as stream:
+        prompts = [list(stream.session.tokenize(t)) for t in ("Once upon a time", "The sea")]
+        alone = [_reply(stream, p)[0] for p in prompts]
+        stream.session.reset()
+        stream.prompt_cache = cache = PromptCache(64 << 20)
+        replies = [_reply(stream, p)[0] for _ in range(3) for p in prompts]
+        stats = cache.stats()
+    assert replies == alone * 3
+    assert stats["stored"] == 2 and stats["covered"] == 3  # turns 2 and 3 (saves), 4-6
+    assert stats["hits"] == 4 and stats["entries"] == 2
+
+
 def test_a_conversation_sharing_only_the_system_prompt_gets_only_that(
         context: InferenceContext) -> None:
     """Two conversations with one system prompt, differing after it: the cached one never
@@ -199,9 +236,8 @@ def test_media_items_compare_by_digest() -> None:
     assert reusable(ids, [cat], ids, []) == 10
     cache = PromptCache(1 << 20)
     cache.store(SlotSnapshot(tuple(ids), (cat,), b"x" * 100))
-    assert cache._take(ids, [dog], 0) is not None  # the 10 ids before the image
-    cache.store(SlotSnapshot(tuple(ids), (cat,), b"x" * 100))
-    assert cache._take(ids, [dog], 10) is None  # nothing past them
+    assert cache._find(ids, [dog], 0) is not None  # the 10 ids before the image
+    assert cache._find(ids, [dog], 10) is None  # nothing past them
 
 
 def test_a_batched_sliding_window_slot_restored_into_an_own_context_is_a_slot_error(

@@ -6,10 +6,13 @@ conversation A is about to serve a request that keeps less than :data:`SIMILARIT
 :meth:`PromptCache.swap` first saves A's state (``Session.save_slot()`` without a path:
 the backend's KV bytes, the history and its media spans) into the cache; then, when an entry
 shares a longer reusable prefix with the request than the session itself does, that entry is
-restored into the session (``Session.restore_slot``) and taken out of the cache (the session
-holds it now; it is saved again when evicted), and only the rest of the prompt is prefilled.
-This is llama-server's ``--cache-ram``: its slots' prompts are saved on a new task and the
-entry with the longest common prefix is loaded.
+restored into the session (``Session.restore_slot``) and only the rest of the prompt is
+prefilled. This is llama-server's ``--cache-ram``: its slots' prompts are saved on a new task
+and the entry with the longest common prefix is loaded. Unlike llama-server's, a restored entry
+stays in the cache (as the most recently used): when the session is evicted again still
+holding that conversation, unchanged or cut back (a prompt asked again gets the same greedy
+reply), nothing is copied (:attr:`CacheStats.covered`); a conversation that grew is saved,
+and the longer state replaces the entry it covers.
 
 * **Prefix.** Ids compare as ids; media items compare by their content digest
   (:func:`~eliza_backends.backend.media_seq.reusable_prefix`, as the prefix reuse of one
@@ -87,6 +90,9 @@ class CacheStats:
     stored: int = 0
     dropped: int = 0
     refused: int = 0
+    #: evictions whose states entries already held (nothing saved: the session's state is
+    #: copied out only when the cache lacks it)
+    covered: int = 0
 
 
 class PromptCache:
@@ -118,7 +124,7 @@ class PromptCache:
         held = reusable(history, session.media, ids, spans)
         if not self.limit_bytes or not session.capabilities.slots:
             return held
-        entry = self._take(ids, spans, held)  # first: its bytes are free for the store
+        entry = self._find(ids, spans, held)
         if history and held < SIMILARITY * len(history):
             try:
                 self.evict(session, prompt_end)
@@ -130,6 +136,7 @@ class PromptCache:
         try:
             session.restore_slot(entry)
         except SlotError:  # another layout (the session is empty now): prefill it all
+            self._discard(entry)
             self._count(refused=1, misses=1)
             return 0
         gained = reusable(session.history, session.media, ids, spans)
@@ -146,7 +153,17 @@ class PromptCache:
         length (a sliding window) and ``prompt_end`` (where its last reply started) is before
         that, also the state cut back there: the conversation comes back with the reply as
         text, which need not tokenize as it was generated (llama-server keeps context
-        checkpoints for the same reason). The session is cut back then."""
+        checkpoints for the same reason). The session is cut back then.
+
+        Nothing is saved when entries already cover both (a conversation that came back,
+        was answered the same way and leaves again; llama-server's cache skips it so too):
+        the covering entries are only marked recently used."""
+        history, spans = session.history, session.media
+        reply_start = prompt_end if 0 < prompt_end < len(history) else len(history)
+        if self._holds(history, spans) and self._holds(
+                history[:reply_start], [s for s in spans if s.end <= reply_start]):
+            self._count(covered=1)
+            return
         state = session.save_slot()
         if 0 < prompt_end - 1 < state.min_keep and prompt_end < len(state.tokens) and \
                 session.reset_keep(prompt_end) == prompt_end:
@@ -163,10 +180,10 @@ class PromptCache:
             return False
         with self._lock:
             for key, entry in list(self._entries.items()):
-                if _covers(entry, snapshot):
+                if _covers(entry, snapshot.tokens, snapshot.spans):
                     self._entries.move_to_end(key)
                     return False
-                if _covers(snapshot, entry):
+                if _covers(snapshot, entry.tokens, entry.spans):
                     self._drop(key)
             while self._entries and self._bytes + size > self.limit_bytes:
                 self._drop(next(iter(self._entries)))
@@ -177,11 +194,21 @@ class PromptCache:
             self.counts.stored += 1
         return True
 
-    def _take(self, ids: Sequence[int], spans: Sequence[MediaSpan], beat: int
+    def _holds(self, tokens: Sequence[int], spans: Sequence[MediaSpan]) -> bool:
+        """True (the entry marked recently used) when an entry covers the state ``tokens``
+        with media ``spans`` (see :func:`_covers`)."""
+        with self._lock:
+            for key, entry in self._entries.items():
+                if _covers(entry, tokens, spans):
+                    self._entries.move_to_end(key)
+                    return True
+            return False
+
+    def _find(self, ids: Sequence[int], spans: Sequence[MediaSpan], beat: int
               ) -> SlotSnapshot | None:
-        """Remove and return the entry giving ``ids`` the longest valid prefix longer than
-        ``beat`` (at least its ``min_keep``, and short of the last id: it is prefilled again
-        for its logits)."""
+        """The entry giving ``ids`` the longest valid prefix longer than ``beat`` (at least
+        its ``min_keep``, and short of the last id: it is prefilled again for its logits),
+        marked recently used; it stays in the cache."""
         last = len(ids) - 1
         with self._lock:
             best, best_n = None, beat
@@ -191,9 +218,15 @@ class PromptCache:
                     best, best_n = key, n
             if best is None:
                 return None
-            entry = self._entries[best]
-            self._drop(best)
-            return entry
+            self._entries.move_to_end(best)
+            return self._entries[best]
+
+    def _discard(self, snapshot: SlotSnapshot) -> None:
+        """Drop ``snapshot``'s entry, if it is still there (the runtime refused it)."""
+        with self._lock:
+            for key, entry in list(self._entries.items()):
+                if entry is snapshot:
+                    self._drop(key)
 
     def _drop(self, key: int) -> None:
         self._bytes -= self._entries.pop(key).nbytes
@@ -206,18 +239,19 @@ class PromptCache:
 
     def stats(self) -> dict[str, Any]:
         """JSON-ready counters: ``hits``, ``misses``, ``hit_tokens``, ``stored``, ``dropped``,
-        ``refused``, ``entries``, ``bytes``, ``limit_bytes``."""
+        ``refused``, ``covered``, ``entries``, ``bytes``, ``limit_bytes``."""
         with self._lock:
             return {**self.counts.__dict__, "entries": len(self._entries),
                     "bytes": self._bytes, "limit_bytes": self.limit_bytes}
 
 
-def _covers(big: SlotSnapshot, small: SlotSnapshot) -> bool:
-    """True when ``big`` serves every request ``small`` serves: ``small``'s sequence is a
-    prefix of ``big``'s (ids and media) and ``big`` may be cut back to it."""
-    n = len(small.tokens)
-    return n <= len(big.tokens) and big.tokens[:n] == small.tokens and \
-        reusable_prefix(n, big.spans, small.spans) == n and big.min_keep <= n - 1
+def _covers(big: SlotSnapshot, tokens: Sequence[int], spans: Sequence[MediaSpan]) -> bool:
+    """True when ``big`` serves every request a state of ``tokens`` (with media ``spans``)
+    serves: the sequence is a prefix of ``big``'s (ids and media) and ``big`` may be cut back
+    to it."""
+    n = len(tokens)
+    return n <= len(big.tokens) and tuple(big.tokens[:n]) == tuple(tokens) and \
+        reusable_prefix(n, big.spans, spans) == n and big.min_keep <= n - 1
 
 
 __all__ = ["SIMILARITY", "CacheStats", "PromptCache", "common_length", "reusable"]

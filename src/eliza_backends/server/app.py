@@ -70,7 +70,7 @@ from ..openai.types import (
 from .api_errors import ApiError, api_error, sse
 from .auth import ApiKeyGuard
 from .pool import Lease, SessionPool
-from .run import GenerationResponse, GenerationRun, starter
+from .run import GenerationResponse, GenerationRun, start_choice
 from .slot_files import SlotFiles
 
 if TYPE_CHECKING:
@@ -345,11 +345,12 @@ class OpenAIServer:
         lease = await self.pool.acquire(routing, configs[0])
         log["slot"] = lease.slot.index
         try:
-            first = await lease.call(starter(job), configs[0])
+            first = await start_choice(lease, job, configs[0])
         except BaseException:
             lease.release()
             raise
-        log["prompt_tokens"], log["cached_tokens"] = first.prompt_tokens, first.cached_tokens
+        gen = first.generation
+        log["prompt_tokens"], log["cached_tokens"] = gen.prompt_tokens, gen.cached_tokens
         run = GenerationRun(job, include_usage, configs, lease, first, log, routing, responder)
         if not stream:
             return await run.whole(self._cancel_on_disconnect(request, lease))

@@ -3,22 +3,18 @@
 :class:`SessionPool` opens ``sessions`` streams on one :class:`InferenceContext` (the weights are
 loaded once) and gives each its own worker thread: a session has one consumer, so everything a
 session does runs on its slot's thread (a generation's steps: on the stepping thread of a
-batched llama.cpp context when free, :meth:`Lease.run_steps`); the event loop awaits results.
+batched llama.cpp context when free, :meth:`Lease.start_steps`); the event loop awaits results.
 
 * **Leases.** :meth:`SessionPool.acquire` returns a :class:`Lease` on a free slot. When every
   slot is busy, up to ``max_queue`` requests wait in FIFO order; one more raises
   :class:`PoolFullError` (the server answers 429). After :meth:`SessionPool.begin_shutdown`
   new requests get :class:`PoolClosedError` (503).
-* **Prefix routing.** Each slot remembers, as text, what its session holds (the last prompt and
-  its reply). A request goes to the free slot whose text shares the longest prefix with the
-  request's rendered prompt (a continuing conversation finds its own KV cache), among slots
-  whose session settings fit, provided the shared prefix is at least :data:`SIMILARITY` of
-  that text or of the request's prompt (a prompt asked again, as a "regenerate" or a retry
-  does, finds the slot that answered it, as llama-server's ``--slot-prompt-similarity``
-  routes, though the reply it held is then cut: the prompt cache saves it first); otherwise to
-  the least recently used slot (reopening a session with other settings is cheaper than
-  re-prefilling a conversation that an LRU choice keeps). The text is only a hint:
-  :meth:`Stream.prefill_reusing` computes the exact token prefix to keep.
+* **Prefix routing.** Each slot remembers, as text, what its session holds (its last prompt and
+  reply). A request goes to the free slot (settings fitting) whose text shares the longest
+  prefix with its rendered prompt, at least :data:`SIMILARITY` of that text or of the prompt
+  (a continuing conversation, or a prompt asked again, finds its KV cache, as llama-server's
+  ``--slot-prompt-similarity`` routes); else to the least recently used slot. The text is only
+  a hint: :meth:`Stream.prefill_reusing` computes the exact token prefix to keep.
 * **Prompt cache.** ``cache_bytes > 0``: the slots share one
   :class:`~eliza_backends.backend.prompt_cache.PromptCache` of that many bytes; a slot about to
   serve another conversation saves the one it holds there first, and a conversation that comes
@@ -32,13 +28,12 @@ batched llama.cpp context when free, :meth:`Lease.run_steps`); the event loop aw
   rewound with ``reset_keep``, keeping its valid prefix; a session that failed in the runtime is
   reopened), then frees it for the next request.
 * **Batching.** ``parallel=N`` opens the slots on one ``InferenceContext(parallel=N)``: on a
-  backend whose capabilities say ``batched`` (llama.cpp) the N sessions share one runtime
-  context and are decoded together, one batch per step (continuous batching); a backend that
-  does not batch (LiteRT, MLX) runs N independent sessions instead, and says so: a warning at
-  :meth:`SessionPool.open` and :attr:`SessionPool.batching` (``/health``).
-  ``parallel="auto"`` is :data:`~eliza_backends.batch.DEFAULT_PARALLEL` slots on a batching
-  backend and one session on another. ``sessions=N`` (``parallel=None``) is N independent
-  sessions. The two are alternatives: asking for both (each > 1) is an error.
+  ``batched`` backend (llama.cpp) the N sessions share one runtime context, decoded together
+  one batch per step (continuous batching); a backend that does not batch (LiteRT, MLX) runs
+  N independent sessions and says so (a warning at :meth:`SessionPool.open`,
+  :attr:`SessionPool.batching` on ``/health``). ``parallel="auto"``:
+  :data:`~eliza_backends.batch.DEFAULT_PARALLEL` slots on a batching backend, else one.
+  ``sessions=N`` (``parallel=None``): N independent sessions; asking for both is an error.
 
 Threads: the pool's methods are called from one event loop; slot work runs on the slots'
 threads. CPU threads (:func:`~eliza_backends.batch.session_threads`): unless the config says
@@ -74,10 +69,12 @@ from ..errors import (
 from ..serving import SessionKey, serving_config, session_key
 from ..stream import Stream, open_stream
 from .pool_stats import PoolStats
+from .step_feed import StepFeed
 from .throughput import Throughput
 from .warmup import warm_up
 
 T = TypeVar("T")
+S = TypeVar("S")
 
 log = logging.getLogger("eliza_backends.server")
 
@@ -121,16 +118,13 @@ class SessionPool:
     """Sessions on one bundle's :class:`InferenceContext`, leased to requests; see the module
     doc.
 
-    ``config`` is the base :class:`StreamConfig` (context size, threads, backend options, the
-    default sampling); ``sessions`` independent sessions, or ``parallel`` batched ones (an
-    int, or ``"auto"``; see the module doc); ``max_queue`` requests may wait (default: 4 per
-    session); ``backend`` a hard backend request; ``cores`` the CPU budget the threads are
-    divided from (default: this process's CPUs); ``warm``: :meth:`open` warms each runtime
-    context up (:func:`~eliza_backends.server.warmup.warm_up`), so the first request does not
-    pay for the first decode. :meth:`open` loads the model and opens every session (call it
-    before serving); :meth:`close` frees them. ``cache_bytes``: the prompt cache's bound
-    in bytes (0: none; see the module doc; a backend without slot states keeps none).
-    """
+    ``config``: the base :class:`StreamConfig` (context size, threads, backend options,
+    default sampling); ``sessions`` independent sessions, or ``parallel`` batched ones (int or
+    ``"auto"``); ``max_queue`` requests may wait (default: 4 per session); ``backend``: a hard
+    backend request; ``cores``: the CPU budget (default: this process's CPUs); ``warm``:
+    :meth:`open` warms each runtime context up (:func:`~eliza_backends.server.warmup.warm_up`);
+    ``cache_bytes``: the prompt cache's bound (0: none). :meth:`open` loads the model and opens
+    every session (call it before serving); :meth:`close` frees them."""
 
     def __init__(self, bundle: str | os.PathLike[str] | InferenceContext,
                  config: StreamConfig | None = None, *, sessions: int = 1,
@@ -431,104 +425,98 @@ class SessionPool:
 
 class Lease:
     """One request's hold on a slot. Use it from the event loop: :meth:`call` runs work on the
-    slot's thread, :meth:`run_steps` runs a generation's steps there back to back,
+    slot's thread, :meth:`start_steps` starts a generation and runs its steps back to back,
     :meth:`cancel` stops it, :meth:`release` (idempotent) gives the slot back."""
 
     def __init__(self, pool: SessionPool, slot: Slot, config: StreamConfig) -> None:
-        self.pool = pool
-        self.slot = slot
-        self.config = config
+        self.pool, self.slot, self.config = pool, slot, config
         self.cancel_reason: str | None = None
         #: work items that completed on the slot's thread; and how many had when cancelled
         self.steps = 0
         self.steps_at_cancel: int | None = None
-        self._failed = False
-        self._released = False
+        self._failed = self._released = False
         self._freed: asyncio.Future[None] | None = None
-        #: the running job of :meth:`run_steps` (on the slot's thread or an adopted one)
+        #: the running job of :meth:`start_steps` (on the slot's thread or an adopted one)
         self._job: Future[None] | None = None
 
     async def call(self, work: Callable[[Stream], T], config: StreamConfig | None = None) -> T:
         """Run ``work(stream)`` on the slot's thread and return its result. With ``config``,
         the slot's session is first made to fit it (reopened when its settings differ).
         A backend failure marks the session for reopening when the lease is released."""
-        slot, pool = self.slot, self.pool
-
-        def job() -> T:
-            if self.cancel_reason is not None:
-                raise CancelledError(f"cancelled: {self.cancel_reason}")
-            if config is not None and session_key(config) != slot.key:
-                pool._open_slot(slot, config)
-                pool.reopened += 1
-            assert slot.stream is not None
-            try:
-                result = work(slot.stream)
-                self.steps += 1
-                return result
-            except (InvalidArgumentError, CancelledError):
-                raise
-            except BaseException:
-                self._failed = True
-                raise
-
-        future: Future[T] = slot.executor.submit(job)
+        future: Future[T] = self.slot.executor.submit(self._work, work, config)
         try:
             return await asyncio.wrap_future(future)
         except asyncio.CancelledError:
             self.cancel("the request was cancelled")
             raise
 
-    def run_steps(self, work: Callable[[Stream], T], last: Callable[[T], bool]
-                  ) -> AsyncIterator[T]:
-        """Start ``work(stream)`` again and again on the slot's thread (or the stepping thread
-        of its batched context, when free) until ``last(result)``; the iterator yields each
-        result. The steps start now and never wait for the consumer (a batched context gathers
-        every sequence into each step, however busy the event loop is): results queue up. A
-        failure or a cancel ends it (raised by the iterator); leaving the iterator early (or
-        cancelling the awaiting task) cancels the lease."""
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[tuple[T | None, BaseException | None, bool]] = asyncio.Queue()
+    def _work(self, work: Callable[[Stream], T], config: StreamConfig | None) -> T:
+        """``work(stream)`` on the slot's session (made to fit ``config`` first), counted."""
         slot = self.slot
+        if self.cancel_reason is not None:
+            raise CancelledError(f"cancelled: {self.cancel_reason}")
+        if config is not None and session_key(config) != slot.key:
+            self.pool._open_slot(slot, config)
+            self.pool.reopened += 1
+        assert slot.stream is not None
+        try:
+            result = work(slot.stream)
+            self.steps += 1
+            return result
+        except (InvalidArgumentError, CancelledError):
+            raise
+        except BaseException:
+            self._failed = True
+            raise
 
-        def post(item: tuple[T | None, BaseException | None, bool]) -> None:
-            with contextlib.suppress(RuntimeError):  # no event loop: the server stopped
-                loop.call_soon_threadsafe(queue.put_nowait, item)
+    async def start_steps(self, start: Callable[[Stream], S], config: StreamConfig,
+                          steps: Callable[[S], Callable[[Stream], T]],
+                          last: Callable[[T], bool]) -> tuple[S, AsyncIterator[T]]:
+        """Run ``start(stream)`` as :meth:`call` does, then in the same job ``steps(started)``
+        again and again until ``last(result)``: a prompt's prefill and its first tokens with no
+        hop between threads or through the event loop (on the stepping thread of a batched
+        context when free, else the slot's thread). Returns ``start``'s result (what it raised
+        is raised here; no step runs then) and an iterator of the steps' results, which queue
+        up (the steps do not wait for the consumer, but on the stepping thread for the first
+        result to be sent: :class:`~eliza_backends.server.step_feed.StepFeed`). A failure or a
+        cancel ends the steps (raised by the iterator); leaving it early or cancelling the
+        awaiting task cancels the lease."""
+        started: Future[S] = Future()
+        feed: StepFeed[T] = StepFeed(lambda: self.cancel("the response ended before its "
+                                                         "generation"))
 
-        def job() -> None:
+        def job(on_stepping_thread: bool) -> None:
+            if not started.set_running_or_notify_cancel():
+                return  # (the awaiting task was cancelled)
+            try:
+                result = self._work(start, config)
+            except BaseException as exc:
+                started.set_exception(exc)
+                return
+            started.set_result(result)
+            work = steps(result)
             while True:
                 try:
-                    if self.cancel_reason is not None:
-                        raise CancelledError(f"cancelled: {self.cancel_reason}")
-                    assert slot.stream is not None
-                    result = work(slot.stream)
-                    self.steps += 1
-                    done = last(result)
+                    out = self._work(work, None)
+                    done = last(out)
                 except BaseException as exc:
-                    if not isinstance(exc, InvalidArgumentError | CancelledError):
-                        self._failed = True
-                    post((None, exc, True))
+                    feed.post(None, exc, True)
                     return
-                post((result, None, done))
+                feed.post(out, None, done)
                 if done:
                     return
+                if on_stepping_thread:
+                    feed.see_off()
 
-        stepper = None if slot.stream is None else slot.stream.session.scheduler
-        adopted = None if stepper is None else stepper.adopt(job)  # (no hop between threads)
-        self._job = adopted or slot.executor.submit(job)
-        return self._results(queue)
-
-    async def _results(self, queue: asyncio.Queue[tuple[T | None, BaseException | None, bool]]
-                       ) -> AsyncIterator[T]:
-        finished = False
+        stream = self.slot.stream
+        stepper = None if stream is None else stream.session.scheduler
+        adopted = None if stepper is None else stepper.adopt(lambda: job(True))
+        self._job = adopted or self.slot.executor.submit(job, False)
         try:
-            while not finished:
-                result, error, finished = await queue.get()
-                if error is not None:
-                    raise error
-                yield result  # type: ignore[misc]  # a result, when there is no error
-        finally:
-            if not finished:
-                self.cancel("the response ended before its generation")
+            return await asyncio.wrap_future(started), feed.results()
+        except asyncio.CancelledError:
+            self.cancel("the request was cancelled")
+            raise
 
     @property
     def released(self) -> bool:
@@ -545,11 +533,10 @@ class Lease:
             stream.cancel()
 
     def release(self, text: str = "") -> asyncio.Future[None]:
-        """Give the slot back: it is settled on its thread (rewound after a cancel, reopened
-        after a failure), remembers ``text`` (what its session now holds) for routing, and
-        then serves the next request. Never blocks; idempotent. The returned future is done
-        once the slot is free (await it before answering, so that the client's next request
-        finds the slot it just used)."""
+        """Give the slot back: settled on its thread after the lease's job (rewound after a
+        cancel, reopened after a failure), remembering ``text`` (what its session holds) for
+        routing. Never blocks; idempotent. The future is done once the slot is free (await it
+        before answering: the client's next request then finds this slot)."""
         if self._freed is not None:
             return self._freed
         loop = asyncio.get_running_loop()

@@ -2,9 +2,10 @@
 answer whole or as server-sent events.
 
 A route turns its request into the core's :class:`~eliza_backends.openai.generation.GenerationJob`,
-leases a session and starts the first choice (:func:`starter`, on the slot's thread), then hands
-the rest to a :class:`GenerationRun`: it runs the job's choices step by step on the slot's
-thread (:meth:`Lease.run_steps`), formats them with the route's
+leases a session and starts it with :func:`start_choice`: one job on the slot's thread (or the
+stepping thread of a batched context) prefills the first choice's prompt and goes straight on
+to its steps (:meth:`Lease.start_steps`). A :class:`GenerationRun` then reads the steps (and
+starts the other choices so), formats them with the route's
 :class:`~eliza_backends.openai.formatting.Formatter` (the OpenAI routes':
 :class:`~eliza_backends.openai.formatting.Responder`; ``/v1/responses``':
 :class:`~eliza_backends.openai.responses_events.ResponsesFormatter`)
@@ -17,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
@@ -49,13 +50,28 @@ class GenerationResponse(StreamingResponse):
                 self.lease.release()
 
 
-def starter(job: GenerationJob) -> Callable[[Stream], Generation]:
-    """The slot-thread work that starts one choice of ``job`` on the leased stream."""
-    def start(stream: Stream) -> Generation:
+class Started(NamedTuple):
+    """A started choice."""
+
+    #: the live generation (its steps change it on their thread)
+    generation: Generation
+    #: a snapshot of it as it started
+    opened: Generation
+    #: each step's text and a snapshot of the generation right after it, as they come
+    steps: AsyncIterator[tuple[str, Generation]]
+
+
+async def start_choice(lease: Lease, job: GenerationJob, config: StreamConfig) -> Started:
+    """Start one choice of ``job`` on ``lease`` (its prompt prefilled: a prompt error is
+    raised here) with its steps running on at once (see :meth:`Lease.start_steps`)."""
+    def start(stream: Stream) -> tuple[Generation, Generation]:
         gen = Generation.of_job(stream, job)
         gen.start()
-        return gen
-    return start
+        return gen, copy.copy(gen)  # (the snapshot before any step changes it)
+
+    (gen, opened), steps = await lease.start_steps(start, config, lambda pair: _stepper(pair[0]),
+                                                   _last_step)
+    return Started(gen, opened, steps)
 
 
 class GenerationRun:
@@ -64,27 +80,23 @@ class GenerationRun:
     Owned by the request's task; the lease's slot thread runs the steps."""
 
     def __init__(self, job: GenerationJob, include_usage: bool, configs: list[StreamConfig],
-                 lease: Lease, first: Generation, log: dict[str, Any], routing: str,
+                 lease: Lease, first: Started, log: dict[str, Any], routing: str,
                  responder: Formatter) -> None:
         self.job, self.include_usage, self.configs = job, include_usage, configs
-        self.lease, self.first, self.log = lease, first, log
+        self.lease, self.log = lease, log
         self.routing, self.responder = routing, responder
+        self.first = first.generation
+        self._first: Started | None = first
         self.finished: list[Generation] = []
-        #: the first choice's steps, started at once: its first token is computed while the
-        #: response is set up (time to first token); with the generation as it was before
-        self._first = (copy.copy(first), lease.run_steps(_stepper(first), _last_step))
 
     async def choices(self) -> AsyncIterator[tuple[int, Generation, str | None]]:
         """(index, generation, text): text None opens a choice (a snapshot of the generation
         as it started), then each step's text with a snapshot of the generation after that
-        step (the steps run ahead of the consumer: :meth:`Lease.run_steps`)."""
-        gen = self.first
+        step (the steps run ahead of the consumer: :meth:`Lease.start_steps`)."""
         for index in range(self.job.n):
-            if index:
-                gen = await self.lease.call(starter(self.job), self.configs[index])
-                opened, steps = copy.copy(gen), self.lease.run_steps(_stepper(gen), _last_step)
-            else:
-                opened, steps = self._first
+            started, self._first = self._first, None
+            gen, opened, steps = started or await start_choice(self.lease, self.job,
+                                                               self.configs[index])
             yield index, opened, None
             pool = self.lease.pool
             counted = (opened.completion_tokens, opened.drafted_tokens, opened.accepted_tokens)
@@ -186,4 +198,4 @@ def _stepper(gen: Generation) -> Callable[[Stream], tuple[str, Generation]]:
     return step
 
 
-__all__ = ["Formatter", "GenerationResponse", "GenerationRun", "starter"]
+__all__ = ["Formatter", "GenerationResponse", "GenerationRun", "Started", "start_choice"]
