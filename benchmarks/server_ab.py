@@ -39,26 +39,42 @@ def one_round(server: Server, clients: int) -> tuple[float, float, float]:
             statistics.median((s.seconds - s.ttft) / max(1, s.tokens - 1) for s in samples) * 1e3)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("model", type=Path)
-    ap.add_argument("trees", help="comma-separated source trees")
-    ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--clients", type=int, default=8)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--llama-server", help="the llama-server binary")
-    args = ap.parse_args()
-    binary = find_llama_server(args.llama_server)
+def start_servers(model: Path, trees: str, threads: int, llama_server: str | None,
+                  servers: dict[str, Server]) -> None:
+    """Start llama-server ``-np 8`` and ``serve --parallel 8`` from each of the comma-separated
+    source ``trees`` (named by their folder) into ``servers`` (the caller stops them, also
+    when this raises), and wait until each answers."""
+    binary = find_llama_server(llama_server)
     if binary is None:
         raise SystemExit("llama-server not found: build it (benchmarks/build_llama_bench.sh)")
-    servers = {"llama-server": start_llama_server(binary, args.model, 8, args.threads)}
+    servers["llama-server"] = start_llama_server(binary, model, 8, threads)
+    for tree in trees.split(","):
+        root = Path(tree).resolve()
+        servers[root.name] = start_eliza(model, "parallel", 8, threads, source=root)
+    for server in servers.values():
+        wait_ready(server)
+
+
+def ab_parser(description: str, rounds: int) -> argparse.ArgumentParser:
+    """The arguments of a comparison of source trees beside llama-server: ``model``,
+    ``trees``, ``--rounds`` (default ``rounds``), ``--threads``, ``--llama-server``."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("model", type=Path)
+    ap.add_argument("trees", help="comma-separated source trees")
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--llama-server", help="the llama-server binary")
+    return ap
+
+
+def main() -> None:
+    ap = ab_parser(__doc__.split("\n")[0], rounds=4)
+    ap.add_argument("--clients", type=int, default=8)
+    args = ap.parse_args()
+    servers: dict[str, Server] = {}
     try:
-        for tree in args.trees.split(","):
-            root = Path(tree).resolve()
-            servers[root.name] = start_eliza(args.model, "parallel", 8, args.threads,
-                                             source=root)
+        start_servers(args.model, args.trees, args.threads, args.llama_server, servers)
         for server in servers.values():
-            wait_ready(server)
             one_round(server, args.clients)  # warm
         results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in servers}
         names = list(servers)

@@ -13,20 +13,12 @@ The first round is a warm-up (every question once on every server) and is not co
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
-from pathlib import Path
 
-from bench_server import (
-    QUESTIONS,
-    Server,
-    find_llama_server,
-    start_eliza,
-    start_llama_server,
-    wait_ready,
-)
+from bench_server import QUESTIONS, Server
+from server_ab import ab_parser, start_servers
 
 
 def first_times(server: Server, question: str) -> tuple[float, float]:
@@ -52,24 +44,10 @@ def first_times(server: Server, question: str) -> tuple[float, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("model", type=Path)
-    ap.add_argument("trees", help="comma-separated source trees")
-    ap.add_argument("--rounds", type=int, default=12)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--llama-server", help="the llama-server binary")
-    args = ap.parse_args()
-    binary = find_llama_server(args.llama_server)
-    if binary is None:
-        raise SystemExit("llama-server not found: build it (benchmarks/build_llama_bench.sh)")
-    servers = {"llama-server": start_llama_server(binary, args.model, 8, args.threads)}
+    args = ab_parser(__doc__.split("\n")[0], rounds=12).parse_args()
+    servers: dict[str, Server] = {}
     try:
-        for tree in args.trees.split(","):
-            root = Path(tree).resolve()
-            servers[root.name] = start_eliza(args.model, "parallel", 8, args.threads,
-                                             source=root)
-        for server in servers.values():
-            wait_ready(server)
+        start_servers(args.model, args.trees, args.threads, args.llama_server, servers)
         names = list(servers)
         times: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
         turn = 0
@@ -83,8 +61,7 @@ def main() -> None:
                         times[name].append(sample)
     finally:
         for server in servers.values():
-            server.proc.terminate()
-            server.proc.wait(30)
+            server.stop()
     base = times["llama-server"]
     for name in names:
         own = times[name]
