@@ -2,8 +2,8 @@
 
 :meth:`~eliza_backends.server.pool.Lease.start_steps` runs a prompt's prefill and its steps as
 one job on another thread (the stepping thread of a batched llama.cpp context, or the slot's
-thread); the job :meth:`StepFeed.post` s each result and the request's task reads them from
-:meth:`StepFeed.results`, which never makes the job wait: results queue up.
+thread); the job posts each result (:meth:`StepFeed.post`) and the request's task reads them
+from :meth:`StepFeed.results`; posting never blocks, results queue up.
 
 **The first result is seen off** (:meth:`StepFeed.see_off`): a job on the stepping thread
 waits, at most :data:`SEE_OFF_S`, until the event loop has taken its first result and sent it
