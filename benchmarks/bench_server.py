@@ -19,6 +19,8 @@ per sequence and ``--threads`` compute threads (default: every core):
 - ``llama-server -np N``: llama.cpp's own server built from the vendored llama.cpp of the pinned
   llama-cpp-python (``bash benchmarks/build_llama_bench.sh llama-server``; ``--llama-server``
   or found in ``.bench-cache``), N slots in one context of ``N x 2048`` tokens;
+- ``llama-server -np 1`` (contender ``llama-server-1``): the same with one slot, the mirror of
+  ``eliza --parallel 1`` (what a multi-sequence context costs llama.cpp's own server);
 - ``llama_cpp.server``: llama-cpp-python's FastAPI server (one ``Llama``, requests one at a
   time; ``--interrupt_requests false``, else its default cuts a running stream off when the
   next request arrives), flash attention on, extra buffer types off on AMX hosts exactly as
@@ -361,14 +363,14 @@ def start_all(args: argparse.Namespace, bundle: Path, gguf: Path) -> list[Server
             servers.append(start_eliza(bundle, "parallel", 1, args.threads))
         elif name == "eliza-sessions-1":
             servers.append(start_eliza(bundle, "sessions", 1, args.threads))
-        elif name == "llama-server":
+        elif name in ("llama-server", "llama-server-1"):
             binary = find_llama_server(args.llama_server)
             if binary is None:
-                print("skipped llama-server: build it with bash benchmarks/build_llama_bench.sh "
+                print(f"skipped {name}: build it with bash benchmarks/build_llama_bench.sh "
                       "llama-server, or pass --llama-server", file=sys.stderr)
                 continue
-            servers.append(start_llama_server(binary, gguf, args.parallel, args.threads,
-                                              *cache))
+            slots = args.parallel if name == "llama-server" else 1
+            servers.append(start_llama_server(binary, gguf, slots, args.threads, *cache))
         elif name == "llama_cpp.server":
             if not has_llama_cpp_server(args.llamacpp_python):
                 print(f"skipped llama_cpp.server: {args.llamacpp_python} cannot import it (see "

@@ -1,6 +1,7 @@
 """Where one client's token time goes (issue 39, item 6): per generated token, the median ms of
 ``llama_decode`` in a bare C-level loop, ``Stream`` on a lone context, ``Stream`` on a
-``parallel=8`` context (with its scheduler's own ``llama_decode`` time), and the gap between
+``parallel=8`` context from its own thread and with its loop on the scheduler's stepping thread
+as ``serve`` runs it (each with its scheduler's own ``llama_decode`` time), and the gap between
 streamed chunks at the socket for one client of ``serve --parallel 8``, ``serve --parallel 1``
 and ``llama-server -np 8`` (when built); the rounds interleave every path.
 
@@ -52,19 +53,28 @@ def bare_loop(model_path: str, threads: int) -> float:
     return statistics.median(times[SKIP:]) * 1e3
 
 
-def in_process(model_path: str, threads: int, parallel: int) -> tuple[float, float | None]:
-    """ms per token through ``Stream`` (and the scheduler's median decode time, batched)."""
+def in_process(model_path: str, threads: int, parallel: int, adopt: bool = False
+               ) -> tuple[float, float | None]:
+    """ms per token through ``Stream`` (and the scheduler's median decode time, batched);
+    ``adopt``: the loop runs on the scheduler's stepping thread, as ``serve`` runs a streamed
+    answer (no hop between threads per token)."""
     config: dict[str, Any] = {"backend": "llama.cpp", "max_tokens": N, "ignore_eos": True,
                               "threads": threads, "context_size": 512}
     with InferenceContext(model_path, parallel=parallel) as ctx, \
             open_stream(ctx, **config) as stream:
-        stream.prefill(PROMPT)
-        gaps, last = [], time.perf_counter()
-        for _step in stream:
-            now = time.perf_counter()
-            gaps.append(now - last)
-            last = now
         scheduler = getattr(stream.session, "scheduler", None)
+
+        def loop() -> list[float]:
+            stream.prefill(PROMPT)
+            gaps, last = [], time.perf_counter()
+            for _step in stream:
+                now = time.perf_counter()
+                gaps.append(now - last)
+                last = now
+            return gaps
+
+        adopted = scheduler.adopt(loop) if adopt and scheduler is not None else None
+        gaps = loop() if adopted is None else adopted.result()
         decode = None if scheduler is None else statistics.median(
             r.decode_s for r in list(scheduler.records)[SKIP:]) * 1e3
     return statistics.median(gaps[SKIP:]) * 1e3, decode
@@ -116,6 +126,9 @@ def main() -> None:
                 per_token, decode = in_process(args.model, args.threads, 8)
                 add("Stream, parallel=8 context", per_token)
                 add("  its steps' llama_decode", decode)
+                per_token, decode = in_process(args.model, args.threads, 8, adopt=True)
+                add("Stream, parallel=8 context, loop on the stepping thread", per_token)
+                add("  its steps' llama_decode (stepping thread)", decode)
                 for name, url in servers.items():
                     add(f"{name}, one client, at the socket", at_socket(url))
         finally:
